@@ -1,0 +1,43 @@
+"""Atomic writes: a killed run never leaves a partial output file."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 4) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Load JSON; raises ValueError naming the file when it is corrupt."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: corrupt JSON ({exc})") from None

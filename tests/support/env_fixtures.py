@@ -1,0 +1,1 @@
+"""Env-server fixtures (filled by the env clients/servers work)."""

@@ -1,0 +1,1 @@
+"""Tiny-model fixtures (filled by the model backends work)."""
