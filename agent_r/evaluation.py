@@ -338,7 +338,7 @@ def count_repeats(actions: list[str], k: int) -> int:
     """Loops of period k: positions i where the block actions[i:i+k] is
     immediately repeated (actions[i+k:i+2k] is the same) and the block is not a
     shorter block repeated. A run of m identical actions counts m-1 at k=1 and
-    nothing at k=2; "a b a b a b" counts 2 at k=2."""
+    nothing at k=2; "a b a b a b" counts 3 at k=2 (i = 0, 1, 2)."""
     return sum(
         1 for i in range(len(actions) - 2 * k + 1)
         if actions[i:i + k] == actions[i + k:i + 2 * k] and _primitive(actions[i:i + k])
@@ -489,3 +489,9 @@ def run_eval(cfg: EvalConfig, backend: Backend | None, rules: TaskRules, todo: l
         summary["backend_stats"] = backend.stats.as_dict()
     atomic_write_json(run_dir / SUMMARY_FILE, summary)
     return summary
+
+
+def evaluate(cfg: EvalConfig, backend: Backend, new_client: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Plan + run in one call (library use: tests, benches, the demo)."""
+    rules, _, todo = plan(cfg)
+    return run_eval(cfg, backend, rules, todo, new_client=new_client)

@@ -18,7 +18,7 @@ def trajectory(actions: list[str]) -> list[dict]:
 
 def test_count_repeats_known_trajectory():
     acts = ["get 1 a", "get 1 a", "get 1 a",            # run of 3: two k=1 repeats
-            "b", "c", "b", "c", "b", "c",                 # period 2 three times: 4 positions at k=2... see below
+            "b", "c", "b", "c", "b", "c",                 # period 2, three blocks
             "x", "y", "z", "x", "y", "z"]                 # one period-3 repeat
     assert ev.count_repeats(acts, 1) == 2
     # k=2: "b c b c b c" repeats at i=3,4,5
@@ -31,6 +31,7 @@ def test_count_repeats_known_trajectory():
     # a run of identical actions is a period-1 loop only
     assert [ev.count_repeats(["a"] * 6, k) for k in (1, 2, 3)] == [5, 0, 0]
     assert ev.count_repeats([], 1) == 0
+    assert [ev.count_repeats(list("ababab"), k) for k in (1, 2, 3)] == [0, 3, 0]
 
 
 def test_episode_actions_normalise_case_and_spaces():
