@@ -1,0 +1,401 @@
+"""Revision trajectories from search trees (SPEC section 4, with the section-7 fixes).
+
+A tree gives leaf paths with scores. A *pair* is a high-scoring path and a
+low-scoring one. The policy model, acting as verifier, judges each step of the
+low path; the *bad prefix* ends at the first step judged Bad. The training
+sample splices: bad prefix (no loss) + a revision turn (loss) + the good path
+from where it leaves the bad prefix (loss).
+
+Why batching is safe: a step's judgement depends only on the task and the steps
+before it, never on later judgements. So every step of every distinct low path
+can be judged in one batched model call, and "keep steps until the first Bad"
+is then applied to the finished judgements; the result equals walking the path
+step by step, with one model call instead of one per step.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from agent_r.conversation import HEAD_LEN, TRUNCATION_MARGIN, Message
+from agent_r.llm import Backend, GenerationRequest, SamplingConfig
+from agent_r.tree import Node, TreeFormatError, leaf_paths
+
+log = logging.getLogger(__name__)
+
+GOOD, BAD, UNCERTAIN = "Good", "Bad", "Uncertain"
+REVISION_REPLY = "ok."
+
+# Our own self-correction sentences for the revision turn; every one is reachable.
+REVISION_THOUGHTS = (
+    "I made a mistake somewhere in the previous steps, so I should stop and rethink my plan.",
+    "Looking back, my recent actions did not move me toward the goal; I need a different approach.",
+    "Something went wrong in what I just did. Let me pause and reconsider before acting again.",
+    "My last steps were not helpful for this task. I should correct course now.",
+    "I think I took a wrong turn earlier. I will step back and try a better plan.",
+    "This is not working as intended; I need to revise my strategy before continuing.",
+    "I realise my previous actions were misguided. Let me reconsider what the task really needs.",
+    "I have been heading in the wrong direction. Time to fix my approach.",
+    "On reflection, the path I followed is a dead end. I should take a different route.",
+    "My earlier choice was an error. Let me reassess the situation and continue more carefully.",
+    "I notice my recent steps are not making progress. I will change my plan.",
+    "That did not go well. I should acknowledge the mistake and try something more sensible.",
+)
+
+
+@dataclass(frozen=True)
+class RevisionConfig:
+    """How pairs are chosen and what is emitted. ``alpha``/``beta`` are on the
+    task's score scale (TextCraft/WebShop 0-1, SciWorld 0-100)."""
+
+    alpha: float
+    beta: float
+    data_type: str = "centric"          # "centric" (revision pairs) or "good"
+    revise: bool = True                 # ask the verifier; off = whole low path is the bad prefix
+    seed: int = 0
+    max_pairs_per_tree: int = 8         # 0 = no cap
+    verifier_temperature: float = 0.0
+    max_new_tokens: int = 500
+    max_token_length: int = 4096        # verifier prompt budget (minus 60), oldest history dropped
+
+    @property
+    def needs_verifier(self) -> bool:
+        return self.data_type == "centric" and self.revise
+
+
+@dataclass
+class TreeResult:
+    """What one tree contributed: output rows and the counts the summary shows."""
+
+    rows: list[dict] = field(default_factory=list)
+    skipped: bool = False              # root value <= 0: no successful leaf
+    pairs: int = 0
+    revision_samples: int = 0
+    good_samples: int = 0
+    empty_suffix_pairs: int = 0        # good path adds nothing after the bad prefix: dropped
+    verifier_prompts: int = 0
+    unparseable: int = 0
+    first_bad: dict[str, int] = field(default_factory=dict)  # "1", "2", ... or "none" -> count
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------- paths
+
+def path_score(path: list[Node]) -> float:
+    """A leaf path's score: its leaf's value/visits (= the leaf's env score)."""
+    return path[-1].mean_value()
+
+
+def path_key(path: list[Node]) -> tuple[int, ...]:
+    """Identity of a path inside its tree: the child index taken at each depth."""
+    return tuple(node.parent.children.index(node) for node in path)
+
+
+def node_turn(node: Node) -> tuple[str, str]:
+    """(assistant turn, observation) of a node as it appears in the conversation."""
+    if len(node.state) < HEAD_LEN + 2:
+        raise TreeFormatError(f"node at depth {node.depth}: 'state' has {len(node.state)} messages, "
+                              f"expected >= {HEAD_LEN + 2}")
+    turn, obs = node.state[-2], node.state[-1]
+    if not (isinstance(turn, dict) and turn.get("role") == "assistant" and isinstance(obs, dict)):
+        raise TreeFormatError(f"node at depth {node.depth}: 'state' does not end with an assistant turn "
+                              "and its observation")
+    return str(turn.get("content", "")), str(obs.get("content", ""))
+
+
+def head_messages(root: Node) -> list[Message]:
+    """Messages 0-3 of the root; the fixed "Ok." turn is never trained."""
+    if len(root.state) < HEAD_LEN:
+        raise TreeFormatError(f"root 'state' has {len(root.state)} messages, expected >= {HEAD_LEN}")
+    head = [{"role": str(m["role"]), "content": str(m["content"])} for m in root.state[:HEAD_LEN]]
+    head[2]["loss"] = False
+    return head
+
+
+def turns_messages(turns: Sequence[tuple[str, str]], loss: bool) -> list[Message]:
+    out: list[Message] = []
+    for turn, obs in turns:
+        out.append({"role": "assistant", "content": turn, "loss": loss})
+        out.append({"role": "user", "content": obs})
+    return out
+
+
+def good_only_messages(root: Node, path: list[Node]) -> list[Message]:
+    return head_messages(root) + turns_messages([node_turn(n) for n in path], loss=True)
+
+
+def sorted_leaf_paths(root: Node) -> list[list[Node]]:
+    """Leaf paths, best score first; equal scores keep stored child order."""
+    return sorted(leaf_paths(root), key=lambda p: -path_score(p))
+
+
+def select_pairs(paths: list[list[Node]], cfg: RevisionConfig, rng: random.Random) -> list[tuple[list[Node], list[Node]]]:
+    """All ordered (high, low) pairs clearing ALPHA and BETA, shuffled, capped."""
+    pairs = [(high, low) for high in paths for low in paths
+             if high is not low and path_score(high) > cfg.alpha and path_score(high) - path_score(low) > cfg.beta]
+    rng.shuffle(pairs)
+    if cfg.max_pairs_per_tree > 0:
+        pairs = pairs[:cfg.max_pairs_per_tree]
+    return pairs
+
+
+def good_paths(root: Node, paths: list[list[Node]], cfg: RevisionConfig) -> list[list[Node]]:
+    """Leaf paths scoring above ALPHA, deduplicated by their turns (first kept)."""
+    out, seen = [], set()
+    for path in paths:
+        if path_score(path) <= cfg.alpha:
+            continue
+        key = tuple(node_turn(n) for n in path)
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
+
+
+# ---------------------------------------------------------------- splice
+
+def divergence_index(good: Sequence[tuple[str, str]], bad_prefix: Sequence[tuple[str, str]]) -> int:
+    """Where the good path continues after the bad prefix: the first position
+    whose assistant turn differs. If the bad prefix is a proper prefix of the
+    good path (the verifier flagged a step the good path shares), this is
+    len(bad_prefix): the good path continues right after the shared part."""
+    for i, (g, b) in enumerate(zip(good, bad_prefix)):
+        if g[0] != b[0]:
+            return i
+    return min(len(good), len(bad_prefix))
+
+
+def splice(head: list[Message], bad_prefix: Sequence[tuple[str, str]], good: Sequence[tuple[str, str]],
+           thought: str) -> list[Message] | None:
+    """bad prefix (no loss) + revision turn (loss) + good suffix (loss); None
+    when the good path has nothing after the bad prefix."""
+    suffix = good[divergence_index(good, bad_prefix):]
+    if not suffix:
+        return None
+    return (
+        [dict(m) for m in head]
+        + turns_messages(bad_prefix, loss=False)
+        + [{"role": "assistant", "content": f"Thought: {thought}\nAction: wait", "loss": True},
+           {"role": "user", "content": REVISION_REPLY}]
+        + turns_messages(suffix, loss=True)
+    )
+
+
+# ---------------------------------------------------------------- verifier
+
+_JUDGMENT = re.compile(r"judge?ment\s*:", re.IGNORECASE)
+_LABEL = re.compile(r"[\s*_\"'`\[\(<]*(good|bad|uncertain)\b", re.IGNORECASE)
+
+
+def parse_judgement(reply: str) -> str | None:
+    """The label right after the LAST `Judgment:`/`Judgement:` marker, or None.
+    Only that word counts, so "Judgment: not good" is unparseable, not Good."""
+    markers = list(_JUDGMENT.finditer(reply))
+    if not markers:
+        return None
+    m = _LABEL.match(reply, markers[-1].end())
+    return m.group(1).capitalize() if m else None
+
+
+def verifier_messages(task: str, history: Sequence[tuple[str, str]], action: str, obs: str,
+                      step_no: int) -> list[Message]:
+    if history:
+        earlier = "\n".join(f"Step {i} action: {a}\nStep {i} observation: {o}"
+                            for i, (a, o) in enumerate(history, start=step_no - len(history)))
+    else:
+        earlier = "(none: this is the first step)"
+    prompt = (
+        "You are checking the work of an agent that acts in a text environment to complete a task.\n\n"
+        f"The task:\n{task}\n\n"
+        f"What the agent did before:\n{earlier}\n\n"
+        f"The step to check (step {step_no}):\nAction: {action}\nObservation: {obs}\n\n"
+        "Is this step a sensible move toward completing the task? Call it Good if it helps, Bad if it is a "
+        "mistake (an action that fails, wastes steps, or heads away from the goal), and Uncertain if you "
+        "cannot tell yet. First give your reasons in a few sentences. Then finish with one last line "
+        "exactly like this:\nJudgment: Good, Bad or Uncertain (one word)"
+    )
+    return [{"role": "system", "content": "You are a careful reviewer of agent trajectories."},
+            {"role": "user", "content": prompt}]
+
+
+def _fit_history(backend: Backend, cfg: RevisionConfig, task: str, history: list[tuple[str, str]],
+                 action: str, obs: str, step_no: int) -> list[Message]:
+    """Drop the oldest earlier steps until the prompt fits MAX_TOKEN_LENGTH - 60."""
+    budget = cfg.max_token_length - TRUNCATION_MARGIN
+    while True:
+        messages = verifier_messages(task, history, action, obs, step_no)
+        if not history or backend.count_tokens(messages) <= budget:
+            return messages
+        history = history[1:]
+
+
+@dataclass
+class Verdict:
+    """Judgements of a low path's steps, in order, and where the bad prefix ends."""
+
+    labels: list[str]
+    replies: list[str]
+    unparseable: int
+    cut: int            # length of the bad prefix
+    first_bad: int | None  # 1-based position of the first Bad step, None if no step was Bad
+
+
+def make_verdict(labels: list[str | None], replies: list[str]) -> Verdict:
+    clean = [label or UNCERTAIN for label in labels]
+    first_bad = next((i for i, label in enumerate(clean) if label == BAD), None)
+    cut = len(clean) if first_bad is None else first_bad + 1
+    return Verdict(clean, replies, sum(label is None for label in labels), cut,
+                   None if first_bad is None else first_bad + 1)
+
+
+def verify_paths(backend: Backend, cfg: RevisionConfig,
+                 jobs: list[tuple[str, list[Node], int]]) -> tuple[list[Verdict], list[int]]:
+    """Judge every step of every path in ``jobs`` ((task, path, seed) each) with
+    ONE batched generate call. Identical prompts (steps shared by two paths)
+    are sent once. Returns one Verdict per job and, per job, how many prompts
+    it added to the batch (so prompts sent = their sum)."""
+    prompts: dict[str, int] = {}
+    requests: list[GenerationRequest] = []
+    per_job: list[list[int]] = []
+    added: list[int] = []
+    for task, path, seed in jobs:
+        indices, history, before = [], [], len(requests)
+        for step_no, node in enumerate(path, start=1):
+            messages = _fit_history(backend, cfg, task, list(history), node.action, node.obs, step_no)
+            key = repr(messages)
+            if key not in prompts:
+                prompts[key] = len(requests)
+                requests.append(GenerationRequest(messages=messages, n=1,
+                                                  seed=zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF))
+            indices.append(prompts[key])
+            history.append((node.action, node.obs))
+        per_job.append(indices)
+        added.append(len(requests) - before)
+    if not requests:
+        return [], added
+    sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
+    outputs = backend.generate(requests, sampling)
+    if len(outputs) != len(requests):
+        raise RuntimeError(f"backend returned {len(outputs)} results for {len(requests)} verifier prompts")
+    replies = [out[0] if out else "" for out in outputs]
+    verdicts = []
+    for indices in per_job:
+        job_replies = [replies[i] for i in indices]
+        verdicts.append(make_verdict([parse_judgement(r) for r in job_replies], job_replies))
+    return verdicts, added
+
+
+# ---------------------------------------------------------------- per tree
+
+@dataclass
+class TreePlan:
+    """A parsed tree and what it will emit, before any model call."""
+
+    idx: int
+    root: Node
+    pairs: list[tuple[list[Node], list[Node]]]
+    goods: list[list[Node]]
+    rng: random.Random
+    low_paths: dict[tuple[int, ...], list[Node]]  # distinct low paths, first-seen order
+
+
+def plan_tree(idx: int, root: Node, cfg: RevisionConfig) -> TreePlan | None:
+    """None when the tree has no successful leaf (root value <= 0)."""
+    if root.value <= 0:
+        return None
+    head_messages(root)  # validate the states now, so a bad tree fails alone
+    paths = sorted_leaf_paths(root)
+    for path in paths:
+        for node in path:
+            node_turn(node)
+    rng = random.Random(f"{cfg.seed}:{idx}")
+    if cfg.data_type == "good":
+        return TreePlan(idx, root, [], good_paths(root, paths, cfg), rng, {})
+    pairs = select_pairs(paths, cfg, rng)
+    lows: dict[tuple[int, ...], list[Node]] = {}
+    for _, low in pairs:
+        lows.setdefault(path_key(low), low)
+    return TreePlan(idx, root, pairs, [], rng, lows)
+
+
+def build_rows(plan: TreePlan, cfg: RevisionConfig, verdicts: dict[tuple[int, ...], Verdict]) -> TreeResult:
+    """Rows of one tree, given the verdicts of its distinct low paths (empty
+    when the verifier is off)."""
+    res = TreeResult()
+    root, task_num = plan.root, str(plan.idx)
+    if cfg.data_type == "good":
+        for path in plan.goods:
+            res.rows.append({"task_num": task_num, "revise_log": good_only_messages(root, path), "revise": False})
+        res.good_samples = len(res.rows)
+        return res
+    head = head_messages(root)
+    task = head[3]["content"]
+    res.pairs = len(plan.pairs)
+    for key, verdict in verdicts.items():
+        res.unparseable += verdict.unparseable
+        pos = "none" if verdict.first_bad is None else str(verdict.first_bad)
+        res.first_bad[pos] = res.first_bad.get(pos, 0) + 1
+    for high, low in plan.pairs:
+        high_turns = [node_turn(n) for n in high]
+        low_turns = [node_turn(n) for n in low]
+        thought = plan.rng.choice(REVISION_THOUGHTS)
+        if cfg.needs_verifier:
+            verdict = verdicts[path_key(low)]
+            cut = verdict.cut
+            feedback: list[dict] | str = [
+                {"revision_feedback": reply, "action": node.action, "obs": node.obs, "judgement": label}
+                for node, label, reply in zip(low[:cut], verdict.labels, verdict.replies)
+            ]
+        else:
+            cut, feedback = len(low_turns), ""
+        spliced = splice(head, low_turns[:cut], high_turns, thought)
+        if spliced is None:
+            res.empty_suffix_pairs += 1
+            continue
+        res.rows.append({
+            "task_num": task_num,
+            "revise_log": spliced,
+            "high_log": head_messages(root) + turns_messages(high_turns, loss=True),
+            "low_log": head_messages(root) + turns_messages(low_turns, loss=True),
+            "task_description": task,
+            "revise": cfg.revise,
+            "revise_feedback": feedback,
+        })
+    res.revision_samples = len(res.rows)
+    return res
+
+
+def process_trees(plans: list[TreePlan], cfg: RevisionConfig, backend: Backend | None) -> list[TreeResult]:
+    """Rows for a batch of planned trees; with the verifier on, all distinct
+    low paths of all these trees are judged in one backend call."""
+    jobs, owners = [], []
+    if cfg.needs_verifier:
+        for t, plan in enumerate(plans):
+            task = head_messages(plan.root)[3]["content"]
+            for key, low in plan.low_paths.items():
+                jobs.append((task, low, cfg.seed * 1_000_003 + plan.idx))
+                owners.append((t, key))
+    if jobs and backend is None:
+        raise ValueError("the verifier needs a backend (data_type centric with revise on)")
+    verdicts, added = verify_paths(backend, cfg, jobs) if jobs else ([], [])
+    per_tree: list[dict] = [{} for _ in plans]
+    sent = [0] * len(plans)
+    for (t, key), verdict, n in zip(owners, verdicts, added):
+        per_tree[t][key] = verdict
+        sent[t] += n
+    results = [build_rows(plan, cfg, per_tree[t]) for t, plan in enumerate(plans)]
+    for res, n in zip(results, sent):
+        res.verifier_prompts = n
+    return results
+
+
+def histogram(counts: Counter) -> str:
+    keys = sorted((k for k in counts if k != "none"), key=int) + (["none"] if "none" in counts else [])
+    return " ".join(f"{k}:{counts[k]}" for k in keys) or "-"
