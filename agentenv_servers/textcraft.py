@@ -1,0 +1,102 @@
+"""TextCraft server, AgentGym-compatible (same endpoints and payloads as
+agentenv-textcraft): ``python -m agentenv_servers.textcraft --port 36001``.
+
+Each env is a ``TextCraftGame``; a reset builds a new one, so nothing grows
+across resets and index -> task is the same in every process.
+"""
+from __future__ import annotations
+
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from agentenv_servers.common import EnvTable, IdBody, ResetBody, StepBody, add_health, guarded, serve
+from agentenv_servers.textcraft_env import TextCraftGame, load_recipe_book
+
+DEFAULT_PORT = 36001
+DEFAULT_MAX_ENVS = 256
+
+
+class CreateBody(BaseModel):
+    commands: str | None = None   # a custom task: its crafting commands ...
+    goal: str | None = None       # ... and goal item (both or neither)
+
+
+def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
+    book = load_recipe_book()
+    table: EnvTable[TextCraftGame] = EnvTable(max_envs)
+    app = FastAPI(title="TextCraft (Agent-R local server)")
+    add_health(app, "textcraft", table)
+
+    def payload(env_id: int, game: TextCraftGame) -> dict:
+        return {"id": env_id, "observation": game.observation, "done": False, "reward": 0}
+
+    @app.get("/")
+    def hello():
+        return "This is environment TextCraft."
+
+    @app.post("/create")
+    @guarded
+    def create(body: CreateBody | None = None) -> dict:
+        body = body or CreateBody()
+        env_id = table.reserve()
+        try:
+            game = TextCraftGame(env_id, book, commands=body.commands, goal=body.goal)
+        except Exception:
+            table.close(env_id)
+            raise
+        table.put(env_id, game)
+        return payload(env_id, game)
+
+    @app.post("/reset")
+    @guarded
+    def reset(body: ResetBody) -> dict:
+        table.get(body.id)
+        if body.data_idx < 0:
+            return {"error": f"data_idx must be >= 0, got {body.data_idx}"}
+        game = TextCraftGame(body.data_idx, book)
+        table.put(body.id, game)
+        return payload(body.id, game)
+
+    @app.post("/step")
+    @guarded
+    def step(body: StepBody) -> dict:
+        obs, reward, done = table.get(body.id).step(body.action)
+        return {"observation": obs, "reward": reward, "done": done}
+
+    @app.get("/observation")
+    @guarded
+    def observation(id: int):
+        return table.get(id).observation
+
+    @app.get("/commands")
+    @guarded
+    def commands(id: int):
+        return table.get(id).commands
+
+    @app.get("/goal")
+    @guarded
+    def goal(id: int):
+        return table.get(id).goal
+
+    @app.get("/detail")
+    @guarded
+    def detail(id: int) -> dict:
+        game = table.get(id)
+        return {"observation": game.observation, "done": game.done, "reward": float(game.done),
+                "deleted": False, "goal": game.goal, "data_idx": game.data_idx,
+                "inventory": dict(game.inventory)}
+
+    @app.post("/close")
+    @guarded
+    def close(body: IdBody):
+        return table.close(body.id)
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(make_app, "textcraft", DEFAULT_PORT, DEFAULT_MAX_ENVS, argv)
+
+
+if __name__ == "__main__":
+    main()
