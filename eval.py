@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     from agent_r import llm
 
     task = env_str("TASK", "the environment to evaluate: textcraft, sciworld or webshop")
-    model_dir = llm.resolve_model_dir(os.environ.get("MODEL_DIR") or None)
-    model_name = args.model_name or env_str("MODEL_NAME", "the model's name in output paths",
-                                            os.path.basename(os.path.normpath(str(model_dir))))
+    model_dir = os.environ.get("MODEL_DIR", "").strip() or None   # None: the bundled model
+    default_name = os.path.basename(os.path.normpath(model_dir)) if model_dir else llm.BUNDLED_MODEL.name
+    model_name = args.model_name or env_str("MODEL_NAME", "the model's name in output paths", default_name)
     cfg = evaluation.EvalConfig(
         task=task,
         model_name=model_name,
@@ -71,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     rules, jobs, todo = evaluation.plan(cfg)
     log.info("%d tasks, %d already done in %s", len(jobs), len(jobs) - len(todo), cfg.run_dir())
     backend, clients = None, []
-    if todo:
-        clients.append(rules.make_client(cfg.env_server_base))  # fail fast before loading the model
-        backend = llm.make_backend(args.backend, model_dir, seed=cfg.seed)
     try:
+        if todo:
+            clients.append(rules.make_client(cfg.env_server_base))  # fail fast before loading the model
+            backend = llm.make_backend(args.backend, model_dir, seed=cfg.seed)
         summary = evaluation.run_eval(cfg, backend, rules, todo, clients=clients)
+        clients = []   # run_eval closed them (closing twice is harmless)
     finally:
+        for client in clients:
+            client.close()
         if backend is not None:
             backend.close()
     print(evaluation.format_table([summary], [f"{cfg.model_name}_{cfg.model_type}"]))
