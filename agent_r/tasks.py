@@ -10,15 +10,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from agent_r.config import UsageError
 
 SPLIT_DIR = Path(__file__).resolve().parent / "splits"
 
 # ScienceWorld task numbers (positions in its task-name list) used for training
-# (SPEC section 3); the other 7 task types are held out for testing.
+# (SPEC section 3). The other 7 positions are the task types AgentGym's server
+# excludes, so the test split is by variation (see agent_r/splits).
 SCIWORLD_TRAIN_TASK_NUMS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 18, 19, 20, 21, 22, 25, 26, 27, 28, 29)
+# The order in which the reference's mcts_collection.py walked them (--min/--max
+# slice this list for SciWorld).
+SCIWORLD_SEARCH_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 18, 19, 20, 21, 22, 25, 26, 27, 28, 29, 0)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,13 @@ class TaskRules:
             return client.map_to_valid_action(action)
         return action
 
+    def history_entry(self, action: str, observation: str):
+        """One item of a node's ``recent_actions``: ``[action, observation]``;
+        SciWorld keeps the reference's string form ``"(action, observation)"``."""
+        if self.name == "sciworld":
+            return f"({action}, {observation})"
+        return [action, observation]
+
     def step_score(self, reward: float) -> StepScore:
         if reward < 0:
             return StepScore(0.0, True)
@@ -74,6 +85,26 @@ class TaskRules:
                 )
             split_file = str(SPLIT_DIR / bundled)
         return load_split_file(split_file)
+
+
+def sciworld_train_indices(game_nums: dict, task_nums: Sequence[int], task_iteration: int) -> list[int]:
+    """SciWorld search tasks as the reference chose them: for each task number
+    (a position in ScienceWorld's task-name list) the global indices at
+    positions 1..task_iteration of its variation list (``game_nums`` maps task
+    number -> global indices, as the server's /game_nums returns it; position 0
+    is skipped, as in the reference). Task numbers the server does not serve
+    are an error."""
+    nums = {int(k): list(v) for k, v in game_nums.items()}
+    out: list[int] = []
+    for t in task_nums:
+        if not nums.get(t):
+            served = sorted(k for k, v in nums.items() if v)
+            raise UsageError(
+                f"SciWorld task number {t} is not served by the env server (it serves {served}); "
+                "pick --task_num from those"
+            )
+        out.extend(nums[t][1:task_iteration + 1])
+    return out
 
 
 def load_split_file(path: str) -> list[int]:

