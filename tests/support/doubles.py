@@ -32,19 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from agent_r.config import UsageError
-from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig, chat_messages
+from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig, chat_messages, cut_at_stop
 
 Policy = Callable[[list[dict], int, "int | None"], str]
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> str:
-    """Text up to (not including) the earliest stop string, as servers return it."""
-    cut = len(text)
-    for s in stop:
-        i = text.find(s) if s else -1
-        if i != -1:
-            cut = min(cut, i)
-    return text[:cut]
 
 
 @dataclass
