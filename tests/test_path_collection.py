@@ -1,0 +1,140 @@
+"""path_collection.py end to end, as a user runs it (subprocesses), on tree
+files written from the hand-built fixtures: resume/idempotence, corrupt input,
+usage errors, and the verifier through ``--backend python:...`` with the
+``table_backend`` test double (a JSON policy table, not a model)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import tree_fixtures as tf
+
+ROOT = Path(__file__).resolve().parents[1]
+CLEARED = ("TASK", "ALPHA", "BETA", "TEMP", "MODEL_DIR", "MODEL_NAME", "BACKEND", "MAX_TOKEN_LENGTH",
+           "MAX_DEPTH", "ITERA", "N_GEN")
+
+
+def run_script(*args, **env):
+    base = {k: v for k, v in os.environ.items() if k not in CLEARED}
+    base.update({k: str(v) for k, v in env.items()})
+    return subprocess.run([sys.executable, str(ROOT / "path_collection.py"), *map(str, args)],
+                          cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def trees(tmp_path):
+    d = tmp_path / "mcts_result" / "textcraft" / "m"
+    tf.write_tree(tf.tree_split_at_root(), d, 3)
+    tf.write_tree(tf.tree_shared_prefix(), d, 12)
+    tf.write_tree(tf.tree_no_success(), d, 5)
+    tf.write_tree(tf.tree_disaster(), d, 1000)   # indices >= 1000 are reached too
+    tf.write_tree(tf.tree_many_leaves(), d, 40)
+    (d / "manifest.json").write_text(json.dumps({"config": {"ITERA": 8}}))  # not a tree: ignored
+    return d
+
+
+def rows_of(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_direct_revision_rerun_is_byte_identical(trees, tmp_path):
+    out = tmp_path / "data"
+    first = run_script("--input_dir", trees, "--output_dir", out, "--revise", 0, TASK="textcraft")
+    assert first.returncode == 0, first.stderr
+    jsonl = out / "textcraft_centric.jsonl"
+    data = jsonl.read_bytes()
+    rows = rows_of(jsonl)
+    # task order 3, 12, 40, 1000; the tree without success (5) is skipped
+    assert [r["task_num"] for r in rows][0] == "3" and rows[-1]["task_num"] == "1000"
+    assert sorted({r["task_num"] for r in rows}, key=int) == ["3", "12", "40", "1000"]
+    assert all(r["revise"] is False and r["revise_feedback"] == "" for r in rows)
+    assert "trees read: 5  skipped (no success): 1  failed: 0" in first.stdout
+    assert "verifier calls (prompts): 0" in first.stdout
+
+    again = run_script("--input_dir", trees, "--output_dir", out, "--revise", 0, TASK="textcraft")
+    assert again.returncode == 0 and jsonl.read_bytes() == data      # resumed from parts, no duplicates
+    # recomputing from scratch gives the same bytes too (seeded)
+    for part in (out / ".parts" / "textcraft_centric").iterdir():
+        part.unlink()
+    scratch = run_script("--input_dir", trees, "--output_dir", out, "--revise", 0, TASK="textcraft")
+    assert scratch.returncode == 0 and jsonl.read_bytes() == data
+    # another seed changes the choice, and the cache notices the setting change
+    other = run_script("--input_dir", trees, "--output_dir", out, "--revise", 0, "--seed", 1, TASK="textcraft")
+    assert other.returncode == 0 and jsonl.read_bytes() != data and len(rows_of(jsonl)) == len(rows)
+
+
+def test_verifier_through_table_backend(trees, tmp_path):
+    table = tmp_path / "verifier.json"
+    table.write_text(json.dumps({
+        "(step 1):\nAction: get 1 diamond": ["Diamonds are not in the recipe.\nJudgment: Bad"],
+        "default": ["This helps.\nJudgment: Good"],
+    }))
+    out = tmp_path / "data"
+    r = run_script("--input_dir", trees, "--output_dir", out, "--backend", "python:tests.support.doubles:table_backend",
+                   TASK="textcraft", MODEL_DIR=table)
+    assert r.returncode == 0, r.stderr
+    rows = {r["task_num"]: r for r in rows_of(out / "textcraft_centric.jsonl")}
+    fb = rows["3"]["revise_feedback"]
+    assert [(f["action"], f["judgement"]) for f in fb] == [("get 1 diamond", "Bad")]
+    assert [m.get("loss") for m in rows["3"]["revise_log"] if m["role"] == "assistant"] == [False, False, True] + [True] * 3
+    assert "first bad step (position:paths):" in r.stdout and "unparseable judgements: 0" in r.stdout
+
+
+def test_good_data_needs_no_model_and_no_search_vars(trees, tmp_path):
+    out = tmp_path / "data"
+    r = run_script("--input_dir", trees, "--output_dir", out, "--data_type", "good", TASK="textcraft",
+                   MODEL_DIR=tmp_path / "no-such-model")
+    assert r.returncode == 0, r.stderr
+    rows = rows_of(out / "textcraft_good.jsonl")
+    assert rows and all(set(r) == {"task_num", "revise_log", "revise"} for r in rows)
+    assert all(m["loss"] is True for r in rows for m in r["revise_log"][4:] if m["role"] == "assistant")
+    assert "good samples: " + str(len(rows)) in r.stdout
+
+
+def test_default_input_dir_from_model_name(trees, tmp_path):
+    out = tmp_path / "data"
+    r = subprocess.run([sys.executable, str(ROOT / "path_collection.py"), "--revise", "0", "--output_dir", str(out)],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**{k: v for k, v in os.environ.items() if k not in CLEARED},
+                            "TASK": "textcraft", "MODEL_NAME": "m"})
+    assert r.returncode == 0, r.stderr
+    assert (out / "textcraft_centric.jsonl").exists()
+
+
+def test_corrupt_trees_reported_and_skipped(trees, tmp_path):
+    good = (trees / "search_results_3.json").read_text()
+    (trees / "search_results_7.json").write_text(good[: len(good) // 2])       # truncated
+    broken = json.loads(good)
+    del broken["children"][0]["state"]
+    (trees / "search_results_8.json").write_text(json.dumps(broken))          # missing key
+    out = tmp_path / "data"
+    r = run_script("--input_dir", trees, "--output_dir", out, "--revise", 0, TASK="textcraft")
+    assert r.returncode == 1
+    assert "search_results_7.json" in r.stderr and "search_results_8.json" in r.stderr
+    assert "corrupt JSON" in r.stderr and "missing keys ['state']" in r.stderr
+    assert "failed: 2" in r.stdout
+    assert {row["task_num"] for row in rows_of(out / "textcraft_centric.jsonl")} == {"3", "12", "40", "1000"}
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({"ALPHA": "half"}, "ALPHA='half' is not a number"),
+    ({"BETA": "0.5x"}, "BETA='0.5x' is not a number"),
+    ({"BETA": "-1"}, "BETA=-1.0 is too small"),
+    ({"TASK": "minecraft"}, "unknown TASK='minecraft'"),
+])
+def test_bad_env_values(trees, tmp_path, env, needle):
+    r = run_script("--input_dir", trees, "--output_dir", tmp_path / "o", "--revise", 0, **{"TASK": "textcraft", **env})
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_empty_or_missing_input_dir(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "manifest.json").write_text("{}")
+    r = run_script("--input_dir", tmp_path / "empty", "--output_dir", tmp_path / "o", "--revise", 0, TASK="textcraft")
+    assert r.returncode == 2 and "has no search_results_<idx>.json trees" in r.stderr
+    r = run_script("--input_dir", tmp_path / "nope", "--output_dir", tmp_path / "o", "--revise", 0, TASK="textcraft")
+    assert r.returncode == 2 and "does not exist: run mcts_collection.py first" in r.stderr
