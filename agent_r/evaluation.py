@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,12 +31,14 @@ from agent_r import conversation as conv
 from agent_r.config import UsageError
 from agent_r.io import atomic_write_json, read_json
 from agent_r.llm import Backend, GenerationRequest, SamplingConfig
+from agent_r.manifest import write_manifest
 from agent_r.tasks import TaskRules, get_rules
 
 log = logging.getLogger(__name__)
 
 RESULT_PREFIX = "search_results_"
 SUMMARY_FILE = "summary.json"
+MANIFEST_FILE = "manifest.json"
 LOOP_LENGTHS = (1, 2, 3, 4, 5)
 ENDINGS = ("done", "disaster", "step_limit", "error")
 
@@ -472,12 +475,20 @@ def run_eval(cfg: EvalConfig, backend: Backend | None, rules: TaskRules, todo: l
     if todo:
         if backend is None:
             raise ValueError("a backend is needed when tasks remain")
+        items: dict[str, Any] = {}
 
         def write(result: dict, job: Job) -> None:
             atomic_write_json(result_path(run_dir, job.key), result)
+            items[job.key] = {k: result[k] for k in ("env_score", "step_num", "ended_by")}
 
-        with tqdm(total=len(todo), desc=f"eval {rules.name}", unit="task") as bar:
-            run_episodes(todo, backend, rules, cfg, new_client, write, bar, clients)
+        started, finished = time.time(), None
+        try:
+            with tqdm(total=len(todo), desc=f"eval {rules.name}", unit="task") as bar:
+                run_episodes(todo, backend, rules, cfg, new_client, write, bar, clients)
+            finished = time.time()
+        finally:  # provenance of what this invocation wrote; finished stays null when interrupted
+            write_manifest(run_dir / MANIFEST_FILE, asdict(cfg), backend, backend.stats.as_dict(),
+                           started, finished, items)
     else:
         for client in clients or []:
             _close(client)

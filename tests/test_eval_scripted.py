@@ -90,6 +90,9 @@ def test_scores_steps_step_limit_and_batching(tmp_path, textcraft_server):
     assert summary["loops"]["1"] == {"episodes": 1, "fraction": 0.5, "count": 3}
     on_disk = json.loads((cfg.run_dir() / "summary.json").read_text())
     assert on_disk["score_x100"] == summary["score_x100"] and on_disk["config"]["max_steps"] == 4
+    manifest = json.loads((cfg.run_dir() / "manifest.json").read_text())
+    assert manifest["items"][str(loop_idx)] == {"env_score": 0.0, "step_num": 4, "ended_by": "step_limit"}
+    assert manifest["finished"] is not None and manifest["config"]["concurrency"] == 2
 
 
 def test_results_do_not_depend_on_concurrency(tmp_path, textcraft_server):
