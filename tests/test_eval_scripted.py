@@ -217,3 +217,19 @@ def test_revision_task_continues_from_replayed_state(tmp_path, textcraft_server)
     assert res["replayed_steps"] == 2 and res["model_steps"] == len(plan.steps) - 1
     assert res["step_num"] == len(plan.steps) + 1
     assert summary["mode"] == "revise" and summary["score_x100"] == pytest.approx(100.0)
+
+
+def test_sciworld_wrong_focus_is_a_disaster_scored_zero(tmp_path, sciworld_server):
+    """Focusing on the wrong object fails a ScienceWorld task with reward -100;
+    the episode ends there and records score 0."""
+    turns = ["Thought: where am I?\nAction: look around", "Thought: that must be it.\nAction: focus on picture",
+             "Action: look around"]
+    policy = lambda m, i, s: turns[model_turns(m)]  # noqa: E731
+    cfg = config(tmp_path, sciworld_server, split_file(tmp_path, [0], "sciworld"), task="sciworld", max_steps=3,
+                 concurrency=1)
+    summary = ev.evaluate(cfg, ScriptedBackend(policy))
+    (res,) = read_results(cfg).values()
+    assert res["state"][3]["content"].startswith("Your task is to boil water")
+    assert (res["env_score"], res["step_num"], res["ended_by"], res["success"]) == (0.0, 2, "disaster", False)
+    assert "focus on the picture" in res["state"][-1]["content"]
+    assert (summary["disaster"], summary["score_x100"], summary["step_limit"]) == (1, 0.0, 0)
