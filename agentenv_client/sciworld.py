@@ -60,6 +60,9 @@ def build_game_nums(games: list[tuple[str, int]], task_names: list[str]) -> dict
     return out
 
 
+_FILLER = frozenset({"a", "an", "the", "on", "in", "into", "to", "at", "of", "with", "and", "from", "for"})
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -152,11 +155,12 @@ class SciworldEnvClient(BaseEnvClient):
 
         An exact match (after lower-casing, collapsing spaces and writing
         "green house" as "greenhouse") wins. Otherwise the valid action sharing
-        the most words wins - fewer extra words, then alphabetical order break
-        ties - where a "focus on" action only counts if every word of its object
-        appears in the room description or the inventory (a wrong focus fails
-        the task). With no shared word the text is sent as is and the
-        environment answers that it does not understand.
+        the most words (ignoring filler words such as "the", "on", "to") wins;
+        fewer extra words, then alphabetical order break ties. A "focus on"
+        action is only chosen this way if the text names its object and every
+        word of that object appears in the room description or the inventory
+        (a wrong focus fails the task). With no shared word the text is sent as
+        is and the environment answers that it does not understand.
         """
         text = _normalise(action)
         valid = sorted(set(self.valid_action_object_combinations()))
@@ -168,16 +172,19 @@ class SciworldEnvClient(BaseEnvClient):
 def closest_action(text: str, valid: list[str], visible: str) -> str:
     """The deterministic word-overlap match behind ``map_to_valid_action``."""
     seen = set(_words(visible))
-    want = set(_words(text))
+    want = set(_words(text)) - _FILLER
     best, best_key = text, None
     for cand in valid:
         words = _words(cand)
-        if cand.startswith("focus on") and not all(w in seen for w in words[2:] if w not in ("in", "on", "to")):
-            continue
+        if cand.startswith("focus on"):
+            target = [w for w in words[2:] if w not in _FILLER]
+            # never guess a focus: its object must be named and in view
+            if not target or not want & set(target) or not all(w in seen for w in target):
+                continue
         shared = len(want & set(words))
         if shared == 0:
             continue
-        key = (-shared, len(set(words) - want), cand)
+        key = (-shared, len(set(words) - want - _FILLER), cand)
         if best_key is None or key < best_key:
             best, best_key = cand, key
     return best
