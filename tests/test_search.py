@@ -1,0 +1,261 @@
+"""The MCTS library against the real local TextCraft server: a scripted policy
+whose tree is computed by hand, selection/backprop rules, batching across trees,
+concurrency independence and failure isolation."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+
+from agent_r import tasks
+from agent_r.conversation import initial_conversation
+from agent_r.search import (SearchConfig, TreeSearch, backpropagate, request_seed, search_trees,
+                            selection_rng)
+from agent_r.tree import Node
+from tests.support.doubles import ScriptedBackend
+from tests.support.search_doubles import SeededTextCraftDouble
+
+TEXTCRAFT = tasks.get_rules("textcraft")
+C = 0.25
+
+
+def run(indices, server, backend, concurrency=1, made=None, **cfg):
+    results = []
+    made = [] if made is None else made
+
+    def make_client():
+        made.append(TEXTCRAFT.make_client(server))
+        return made[-1]
+
+    driver = search_trees(indices, TEXTCRAFT, make_client, backend, SearchConfig(**cfg),
+                          concurrency=concurrency, on_result=results.append)
+    return {r.idx: r for r in results}, driver, made
+
+
+def solution_for(observation: str) -> tuple[str, str]:
+    """(get, craft) solving a one-recipe task, read off the observation."""
+    goal = re.search(r"Goal: craft (.+)\.", observation).group(1)
+    for line in observation.splitlines():
+        m = re.match(r"craft (\d+) (.+) using (\d+) (.+)$", line.strip())
+        if m and m.group(2) == goal and "," not in m.group(4):
+            return f"get {m.group(3)} {m.group(4)}", line.strip()
+    raise AssertionError(f"no single-ingredient recipe for {goal} in {observation!r}")
+
+
+def test_scripted_tree_matches_hand_computation(textcraft_server):
+    idx = 1  # a train task: "craft 3 acacia wood using 4 acacia log"
+    with TEXTCRAFT.make_client(textcraft_server) as client:
+        client.reset(idx)
+        get, craft = solution_for(client.observe())
+
+    def policy(messages, i, seed):
+        turns = (len(messages) - 4) // 2
+        if turns == 0:  # root: the right first move, a premature craft, a numbered duplicate of sample 0
+            return ["Thought: I need logs.\nAction: get 4 acacia log".replace("get 4 acacia log", get),
+                    f"Thought: craft it.\nAction: {craft}",
+                    f"Thought 1: I need logs.\nAction 1: {get}"][i]
+        return [f"Action: {craft}", "Action: inventory", "Action: inventory"][i]
+
+    backend = ScriptedBackend(policy)
+    results, driver, made = run([idx], textcraft_server, backend, max_depth=1, iterations=3, n_gen=3)
+    res = results[idx]
+    assert res.error is None
+    root = res.root
+    a, b = root.children  # the duplicate was dropped before any env work
+    assert [a.action, b.action] == [get, craft]
+    assert a.llm_response == "Thought: I need logs.\nAction: " + get
+    (a_craft, a_inv), (b_craft, b_inv) = a.children, b.children
+
+    # Scores and terminal flags: only the craft after the get succeeds; depth 2 > MAX_DEPTH 1 ends the rest.
+    assert a_craft.env_score == 1.0 and a_craft.obs.startswith("Crafted")
+    assert b.obs.startswith("Could not") and b_craft.env_score == 0.0 and b_craft.obs.startswith("Could not")
+    assert all(n.is_terminal for n in (root, a, b, a_craft, a_inv, b_craft, b_inv))
+    assert not any(n.disaster for n in root.iter_nodes())
+
+    # Backprop: every leaf once; A holds the success.
+    assert (root.visits, root.value) == (4, 1.0)
+    assert (a.visits, a.value) == (2, 1.0) and (b.visits, b.value) == (2, 0.0)
+    for leaf in (a_craft, a_inv, b_craft, b_inv):
+        assert leaf.visits == 1 and leaf.value == leaf.env_score and leaf.children == []
+
+    # Saved selection scores.
+    d = root.to_dict()
+    assert d["puct_value"] == 0.25
+    assert d["children"][0]["puct_value"] == pytest.approx(0.5 + C * math.sqrt(math.log(4) / 2))
+    assert d["children"][0]["children"][0]["puct_value"] == pytest.approx(1 + C * math.sqrt(math.log(2)))
+
+    # History, conversation and node layout.
+    assert a_craft.recent_actions == [[get, a.obs], [craft, a_craft.obs]]
+    assert a_craft.state[:4] == root.state[:4] and len(a_craft.state) == 8
+    assert a_craft.state[-2:] == [{"role": "assistant", "content": f"Action: {craft}"},
+                                 {"role": "user", "content": a_craft.obs}]
+    assert [n.depth for n in (root, a, a_craft)] == [0, 1, 2]
+
+    # Selection order: the root's two unvisited children tie; the tree's seeded generator picks.
+    first = [a, b][selection_rng(0, idx).choice([0, 1])]
+    second = b if first is a else a
+    batches = backend.batches
+    assert [len(x.requests) for x in batches] == [1, 1, 1]
+    assert [x.requests[0].n for x in batches] == [3, 3, 3]
+    assert batches[1].requests[0].messages[-1]["content"] == first.obs
+    assert batches[2].requests[0].messages[-1]["content"] == second.obs
+    assert [x.requests[0].seed for x in batches] == [request_seed(0, idx, n) for n in (root, first, second)]
+
+    # Stats: 2 real iterations (the third finds the root terminal), 3 of 9 samples were duplicates.
+    s = res.stats
+    assert (s.iterations, s.expansions, s.samples, s.duplicates) == (2, 3, 9, 3)
+    assert (s.nodes, s.leaves, s.successful_leaves, s.max_depth) == (7, 4, 1, 2)
+    # Env work: root reset; A stepped from the fresh reset (no replay); every other child resets and
+    # replays, except the first child of whichever root child was stepped last (B) when B goes first.
+    b_first = first is b
+    assert s.env_steps == (9 if b_first else 10) and s.env_resets == (5 if b_first else 6)
+    assert s.replays_skipped == (2 if b_first else 1)
+    assert len(made) == 1 and made[0]._closed
+
+
+def _node(visits, value, terminal=False):
+    return Node(visits=visits, value=value, is_terminal=terminal)
+
+
+def test_selection_rule():
+    search = TreeSearch(5, TEXTCRAFT, lambda: None, SearchConfig(seed=3))
+    parent = Node(visits=10, value=3.0)
+    kids = [parent.add_child(_node(4, 3.0)), parent.add_child(_node(2, 0.0)), parent.add_child(_node(1, 1.0, True))]
+    # UCT: 0.75 + .25*sqrt(ln10/4) = 0.94 vs 0 + .25*sqrt(ln10/2) = 0.27; the terminal child is never picked.
+    assert search._select(parent) is kids[0]
+    unvisited = parent.add_child(_node(0, 0.0))
+    assert search._select(parent) is unvisited
+    # ties among unvisited children: uniformly at random from the tree's seeded generator
+    parent2 = Node(visits=1)
+    twins = [parent2.add_child(_node(0, 0.0)) for _ in range(4)]
+    fresh = TreeSearch(5, TEXTCRAFT, lambda: None, SearchConfig(seed=3))
+    assert fresh._select(parent2) is twins[selection_rng(3, 5).choice(range(4))]
+    # no non-terminal child: the node becomes terminal and selection ends
+    dead = Node(visits=2)
+    dead.add_child(_node(1, 0.0, True))
+    dead.add_child(_node(1, 1.0, True))
+    assert search._select(dead) is None and dead.is_terminal
+
+
+def test_backpropagate_marks_terminal_only_when_all_children_are():
+    root = Node()
+    mid = root.add_child(Node(depth=1))
+    other = root.add_child(Node(depth=1))
+    leaf1 = mid.add_child(Node(depth=2, is_terminal=True, env_score=1.0))
+    mid.add_child(Node(depth=2, is_terminal=False))
+    backpropagate(leaf1)
+    assert (root.visits, root.value, mid.visits, mid.value) == (1, 1.0, 1, 1.0)
+    assert not mid.is_terminal and not root.is_terminal
+    mid.children[1].is_terminal = True
+    mid.children[1].env_score = 0.5
+    backpropagate(mid.children[1])
+    assert mid.is_terminal and not root.is_terminal and root.value == 1.5 and root.visits == 2
+    other.is_terminal = True
+    leaf3 = other.add_child(Node(depth=2, is_terminal=True))
+    backpropagate(leaf3)
+    assert root.is_terminal
+
+
+class NegativeRewardEnvDouble:
+    """Env test double: TextCraft never rewards negatively, so the disaster
+    branch (SciWorld's -100) is exercised with this two-line fake."""
+
+    instruction = "Reply with Action: <x>."
+
+    def __init__(self):
+        self.closed = False
+
+    def reset(self, idx):
+        self.steps = 0
+
+    def observe(self):
+        return "Start."
+
+    def step(self, action):
+        from agentenv_client.base import StepOutput
+
+        self.steps += 1
+        return StepOutput(state=f"did {action}\n", reward=-100.0 if action == "jump" else 0.0, done=False)
+
+    def map_to_valid_action(self, action):
+        return action
+
+    def close(self):
+        self.closed = True
+
+
+def test_disaster_is_terminal_with_score_zero():
+    env = NegativeRewardEnvDouble()
+    backend = ScriptedBackend(lambda m, i, s: ["Action: jump", "Action: look"][i])
+    results = []
+    search_trees([0], tasks.get_rules("sciworld"), lambda: env, backend,
+                 SearchConfig(max_depth=1, iterations=1, n_gen=2), on_result=results.append)
+    assert results[0].error is None
+    root = results[0].root
+    jump, look = root.children
+    assert jump.disaster and jump.is_terminal and jump.env_score == 0.0 and jump.visits == 1
+    assert not look.disaster and look.visits == 2  # the iteration went on below it
+    assert jump.recent_actions == ["(jump, did jump )"]  # SciWorld keeps the reference's string form
+    # look's children are a disaster and a depth-2 node (> MAX_DEPTH): all terminal, so look and the root are
+    assert [c.disaster for c in look.children] == [True, False] and all(c.is_terminal for c in look.children)
+    assert look.is_terminal and root.is_terminal and (root.visits, root.value) == (3, 0.0)
+    assert env.closed
+
+
+def test_trees_do_not_depend_on_concurrency_and_expansions_are_batched(textcraft_server):
+    indices = [1, 2, 3, 4, 6, 7, 8, 9]
+    cfg = dict(max_depth=3, iterations=3, n_gen=3, seed=7)
+    serial_backend, batched_backend = SeededTextCraftDouble(), SeededTextCraftDouble()
+    serial, d1, _ = run(indices, textcraft_server, serial_backend, concurrency=1, **cfg)
+    batched, d8, made = run(indices, textcraft_server, batched_backend, concurrency=8, **cfg)
+    for i in indices:
+        assert json.dumps(serial[i].root.to_dict()) == json.dumps(batched[i].root.to_dict())
+    assert max(d1.batch_sizes) == 1 and max(d8.batch_sizes) == 8
+    assert d1.requests == d8.requests == sum(r.stats.expansions for r in serial.values())
+    assert d8.model_calls < d1.model_calls / 3
+    assert batched_backend.stats.calls == d8.model_calls
+    assert all(all(req.n == 3 for req in b.requests) for b in batched_backend.batches)
+    assert len(made) == len(indices) and all(c._closed for c in made)
+    assert sum(r.stats.successful_leaves for r in serial.values()) > 0  # the double does solve some
+
+
+def test_failed_tree_is_reported_and_others_finish(textcraft_server):
+    results, driver, made = run([1, -1, 3], textcraft_server, SeededTextCraftDouble(), concurrency=3,
+                                max_depth=1, iterations=1, n_gen=2)
+    assert results[-1].root is None and "data_idx" in str(results[-1].error)
+    assert results[1].error is None and results[3].error is None
+    assert all(c._closed for c in made)
+
+
+def test_backend_failure_closes_every_client(textcraft_server):
+    def policy(messages, i, seed):
+        raise RuntimeError("model crashed")
+
+    made = []
+    with pytest.raises(RuntimeError, match="model crashed"):
+        run([1, 2, 3], textcraft_server, ScriptedBackend(policy), concurrency=3, made=made,
+            max_depth=1, iterations=1, n_gen=1)
+    assert len(made) == 3 and all(c._closed for c in made)
+
+
+def test_truncation_applies_to_the_model_prompt_only(textcraft_server):
+    seen = []
+
+    def policy(messages, i, seed):
+        seen.append(len(messages))
+        return "Thought: " + "word " * 30 + "\nAction: inventory"
+
+    backend = ScriptedBackend(policy)
+    with TEXTCRAFT.make_client(textcraft_server) as client:
+        client.reset(1)
+        head = backend.count_tokens(initial_conversation(client.instruction, client.observe()))
+    # ScriptedBackend counts words; a pair here is ~36 words: room for two pairs, not four.
+    results, _, _ = run([1], textcraft_server, backend, max_depth=4, iterations=1, n_gen=1,
+                        max_token_length=head + 60 + 80)
+    root = results[1].root
+    deepest = max(root.iter_nodes(), key=lambda n: n.depth)
+    assert len(deepest.state) == 4 + 2 * deepest.depth  # stored state keeps every turn
+    assert max(seen) < len(deepest.state) and min(seen) == 4
+    assert all(n % 2 == 0 for n in seen)  # pairs dropped, roles stay aligned
