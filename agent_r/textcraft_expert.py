@@ -165,23 +165,22 @@ def solve(observation: str) -> Plan:
         for ing, qty in edges[item]:
             need[ing] += crafts[item] * qty
 
+    # Thoughts are short on purpose: the bundled tiny model learns from them.
     plan = Plan(goal)
     for item in order:
         recipe = choice[item]
         if recipe is None:
-            users = [u for u in order if any(i == item for i, _ in edges[u])]
-            plan.steps.append(Step(f"{item} has no recipe, so I get the {need[item]} I need for {users[0]}.",
-                                   f"get {need[item]} {item}"))
+            plan.steps.append(Step(f"{item} is a base item and I need {need[item]}.", f"get {need[item]} {item}"))
             continue
         ingredients = ", ".join(f"{q} {i}" for i, q in edges[item])
         action = f"craft {recipe.count} {item} using {ingredients}"
         n = crafts[item]
         for k in range(n):
-            if k == 0 and n == 1:
-                thought = f"I have what the recipe needs, so I craft {item}."
+            if n == 1:
+                thought = f"I can craft {item} now."
             elif k == 0:
-                thought = f"I need {need[item]} {item} and one craft gives {recipe.count}, so I craft it {n} times."
+                thought = f"I need {need[item]} {item}, so {n} crafts."
             else:
-                thought = f"I craft {item} again ({k + 1} of {n})."
+                thought = f"Craft {item} again, {k + 1} of {n}."
             plan.steps.append(Step(thought, action))
     return plan
