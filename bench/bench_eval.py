@@ -1,6 +1,6 @@
 """Evaluation throughput: episodes/hour at concurrency 1 vs 16 on TextCraft.
 
-    .venv/bin/python bench/bench_eval.py [--tasks 32] [--per_call 0.05] [--per_token 0.01]
+    .venv/bin/python bench/bench_eval.py [--tasks 64] [--per_call 0.05] [--per_token 0.01]
 
 The model is LatencyModelBackend (a test double that sleeps like a GPU server:
 a batched call costs about as much as a single one) following the TextCraft
@@ -25,7 +25,7 @@ from agent_r import evaluation as ev  # noqa: E402
 from agent_r.tasks import get_rules  # noqa: E402
 from agent_r.textcraft_expert import solve  # noqa: E402
 from tests.support.doubles import LatencyModelBackend  # noqa: E402
-from tests.support.env_fixtures import start_server  # noqa: E402
+from tests.support.env_fixtures import start_server, stop_server  # noqa: E402
 
 
 def expert_policy(messages: list[dict], i: int, seed: int | None) -> str:
@@ -36,15 +36,24 @@ def expert_policy(messages: list[dict], i: int, seed: int | None) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--tasks", type=int, default=32)
+    p.add_argument("--tasks", type=int, default=64)
     p.add_argument("--per_call", type=float, default=0.05)
     p.add_argument("--per_token", type=float, default=0.01)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     args = p.parse_args()
 
     indices = get_rules("textcraft").split_indices("test")[: args.tasks]
+    server, url = start_server("agentenv_servers.textcraft")
+    try:
+        rows = run_all(args, indices, url)
+    finally:
+        stop_server(server)
+    print_table(args, indices, rows)
+
+
+def run_all(args: argparse.Namespace, indices: list[int], url: str) -> list[tuple]:
     rows = []
-    with start_server("agentenv_servers.textcraft") as url, tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         split = Path(tmp) / "split.json"
         split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in indices]))
         for conc in args.concurrency:
@@ -57,7 +66,10 @@ def main() -> None:
             wall = time.perf_counter() - start
             rows.append((conc, summary["tasks"], summary["score_x100"], wall, 3600 * summary["tasks"] / wall,
                          backend.stats.calls, backend.stats.requests / max(1, backend.stats.calls)))
+    return rows
 
+
+def print_table(args: argparse.Namespace, indices: list[int], rows: list[tuple]) -> None:
     print(f"TextCraft eval, {len(indices)} test tasks, LatencyModelBackend per_call={args.per_call}s "
           f"per_token={args.per_token}s, expert policy")
     print(f"{'concurrency':>11}  {'episodes':>8}  {'score x100':>10}  {'wall s':>7}  {'episodes/h':>10}  "

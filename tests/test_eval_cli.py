@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_exit_2(env, args, message):
 
 
 def test_unreachable_server_is_one_line_exit_2(tmp_path):
-    from tests.support.model_fixtures import free_port
+    from tests.support.env_fixtures import free_port
 
     table = tmp_path / "policy.json"
     table.write_text(json.dumps({"default": ["Action: inventory"]}))
