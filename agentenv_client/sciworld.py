@@ -12,7 +12,8 @@ upstream AgentGym server lacks them; then this client falls back:
   observation, or a later ``look around`` step) - it can be stale.
 * inventory: "" (unknown; asking would cost a move).
 * valid actions: every template of /action_hint filled with every possible
-  object - a superset of the truly valid combinations.
+  object. Approximate: it has combinations the simulator would reject and
+  lacks those naming inventory contents.
 """
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ convention (HTTP 200 + {"error": ...}), /health, and the command line."""
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import logging
 import threading
 from typing import Any, Callable, Generic, TypeVar
@@ -78,18 +80,32 @@ class EnvTable(Generic[E]):
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run an endpoint body; refusals and env failures become {"error": ...}."""
-    import functools
+    """Run an endpoint body; refusals and env failures become {"error": ...}.
+    Works for sync endpoints (run in FastAPI's thread pool: slow envs) and async
+    ones (run on the event loop: envs that answer in microseconds)."""
+
+    def as_error(exc: Exception) -> dict:
+        if not isinstance(exc, EnvError):   # AgentGym servers report env failures this way
+            log.exception("%s failed", fn.__name__)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        return {"error": str(exc)}
+
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def async_wrapper(*args, **kwargs):
+            try:
+                return await fn(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                return as_error(exc)
+
+        return async_wrapper
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except EnvError as exc:
-            return {"error": str(exc)}
-        except Exception as exc:  # noqa: BLE001 - AgentGym servers report env failures this way
-            log.exception("%s failed", fn.__name__)
-            return {"error": f"{type(exc).__name__}: {exc}"}
+        except Exception as exc:  # noqa: BLE001
+            return as_error(exc)
 
     return wrapper
 
