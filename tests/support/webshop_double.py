@@ -3,7 +3,8 @@ server (the real one needs WebShop's product data and search index, which cannot
 be downloaded here). It speaks the same endpoints and payloads with a tiny fake
 catalogue, and can misbehave on purpose:
 
-* ``--busy N``: the first N POST /step requests answer HTTP 503 (server busy);
+* ``--busy N`` (or POST /_busy {"n": N} at any time, a control endpoint the
+  real server does not have): the next N POST /step requests answer HTTP 503;
 * ``--malformed``: every answer is a body that is not JSON.
 
 Run as ``python -m tests.support.webshop_double --port N [--busy N] [--malformed]``.
@@ -33,6 +34,10 @@ class CloseQuery(BaseModel):
     env_idx: int
 
 
+class Busy(BaseModel):
+    n: int
+
+
 def make_app(busy: int = 0, malformed: bool = False) -> FastAPI:
     app = FastAPI(title="WebShopServerDouble")
     envs: dict[int, dict] = {}
@@ -56,9 +61,14 @@ def make_app(busy: int = 0, malformed: bool = False) -> FastAPI:
             return head + "Back to Search [SEP] " + " [SEP] ".join(f"{k} [SEP] {v}" for k, v in sorted(PRODUCTS.items()))
         return head + f"Back to Search [SEP] {PRODUCTS[env['page']]} [SEP] Buy Now"
 
+    @app.post("/_busy")
+    def set_busy(q: Busy):
+        state["busy_left"] = q.n
+        return {"busy_left": q.n}
+
     @app.get("/health")
     def health():
-        return {"status": "ok", "env": "webshop-double"}
+        return {"status": "ok", "env": "webshop-double", "busy_left": state["busy_left"]}
 
     @app.post("/create")
     def create() -> int:
