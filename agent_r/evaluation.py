@@ -150,10 +150,12 @@ def derive_seed(seed: int, key: str, step: int) -> int:
 # Episodes
 # ---------------------------------------------------------------------------
 
-def _is_unreachable(exc: BaseException) -> bool:
+def _is_fatal(exc: BaseException) -> bool:
     """Unreachable servers and user mistakes abort the run: every later task
     would fail the same way."""
-    return isinstance(exc, UsageError) or type(exc).__name__ == "EnvServerUnreachable"
+    from agentenv_client import EnvServerUnreachable
+
+    return isinstance(exc, (UsageError, EnvServerUnreachable))
 
 
 class Episode:
@@ -256,7 +258,7 @@ def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalC
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - env failures are recorded, not fatal
-            if _is_unreachable(exc):
+            if _is_fatal(exc):
                 raise
             log.warning("task %s: env error (attempt %d): %s", ep.job.key, ep.attempt + 1, exc)
             ep.drop_client()
@@ -280,9 +282,11 @@ def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalC
                     if spare_clients:
                         ep.client = spare_clients.pop()
                     fresh.append(ep)
-                to_start = fresh + [ep for ep in live if ep.restart]
-                list(pool.map(start, to_start))
-                live = [ep for ep in live if ep not in to_start] + to_start
+                live += fresh
+                to_start = [ep for ep in live if ep.restart] + fresh
+                while to_start:  # each failed start spends an attempt, so this ends
+                    list(pool.map(start, to_start))
+                    to_start = [ep for ep in to_start if ep.restart]
 
                 live = _retire(live, spare_clients, on_result, progress)
                 if not live:

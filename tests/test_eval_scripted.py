@@ -129,26 +129,35 @@ def test_resume_skips_done_and_redoes_corrupt(tmp_path, textcraft_server):
 
 
 class FlakyClientDouble:
-    """Test double around a real env client: its step raises a server error the
-    first ``fail_times`` times a given action is stepped (simulates a server
-    hiccup, which cannot be triggered on demand in the real server)."""
+    """Test double around a real env client: ``step(fail_action)`` (or
+    ``reset(fail_reset)``) raises a server error the first ``fail_times`` times,
+    counted across clients (simulates server hiccups, which the real server
+    cannot produce on demand)."""
 
     failures: dict = {}
 
-    def __init__(self, real, fail_action, fail_times):
-        self.real, self.fail_action, self.fail_times = real, fail_action, fail_times
+    def __init__(self, real, fail_times, fail_action=None, fail_reset=None):
+        self.real, self.fail_times, self.fail_action, self.fail_reset = real, fail_times, fail_action, fail_reset
 
     def __getattr__(self, name):
         return getattr(self.real, name)
 
+    def _maybe_fail(self, what):
+        n = FlakyClientDouble.failures.get(what, 0)
+        if n < self.fail_times:
+            FlakyClientDouble.failures[what] = n + 1
+            from agentenv_client import EnvServerError
+
+            raise EnvServerError(f"simulated failure {n + 1} of {what}")
+
+    def reset(self, idx):
+        if idx == self.fail_reset:
+            self._maybe_fail(("reset", idx))
+        return self.real.reset(idx)
+
     def step(self, action):
         if action == self.fail_action:
-            n = FlakyClientDouble.failures.get(self.fail_action, 0)
-            if n < self.fail_times:
-                FlakyClientDouble.failures[self.fail_action] = n + 1
-                from agentenv_client import EnvServerError
-
-                raise EnvServerError(f"simulated failure {n + 1}")
+            self._maybe_fail(("step", action))
         return self.real.step(action)
 
 
@@ -158,7 +167,7 @@ def test_env_errors_are_retried_then_recorded(tmp_path, textcraft_server, fail_t
     rules = get_rules("textcraft")
     seq = ["inventory", "get 1 boom", "inventory"]
     policy = lambda m, i, s: f"Action: {seq[model_turns(m) % 3]}"  # noqa: E731
-    new_client = lambda: FlakyClientDouble(rules.make_client(textcraft_server), "get 1 boom", fail_times)  # noqa: E731
+    new_client = lambda: FlakyClientDouble(rules.make_client(textcraft_server), fail_times, fail_action="get 1 boom")  # noqa: E731
     cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 4]), max_steps=3, env_retries=2)
     summary = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
     res = read_results(cfg)
@@ -170,7 +179,7 @@ def test_env_errors_are_retried_then_recorded(tmp_path, textcraft_server, fail_t
         err = next(r for r in res.values() if r["ended_by"] == "error")
         assert "simulated failure" in err["error"] and err["env_score"] == 0.0
         # errors are redone by a rerun (they may have been transient)
-        FlakyClientDouble.failures = {"get 1 boom": 99}
+        FlakyClientDouble.failures = {("step", "get 1 boom"): 99}
         again = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
         assert again["failed"] == 0 and again["tasks"] == 2
     else:
@@ -178,6 +187,25 @@ def test_env_errors_are_retried_then_recorded(tmp_path, textcraft_server, fail_t
         assert ended == ["step_limit", "step_limit"] and summary["failed"] == 0
         for r in res.values():
             assert ev.episode_actions(r["state"]) == seq
+
+
+def test_failed_reset_is_retried_before_any_model_call(tmp_path, textcraft_server):
+    FlakyClientDouble.failures = {}
+    rules = get_rules("textcraft")
+    new_client = lambda: FlakyClientDouble(rules.make_client(textcraft_server), 2, fail_reset=4)  # noqa: E731
+    seen = []
+
+    def policy(messages, i, seed):
+        seen.append(messages)
+        return "Action: inventory"
+
+    cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 4]), max_steps=2, env_retries=2)
+    backend = ScriptedBackend(policy)
+    summary = ev.evaluate(cfg, backend, new_client=new_client)
+    assert FlakyClientDouble.failures == {("reset", 4): 2}
+    assert summary["failed"] == 0 and summary["step_limit"] == 2
+    assert backend.batch_sizes == [2, 2]          # the failing start never reached the model
+    assert all(len(m) >= 4 and m[3]["content"].startswith("Crafting commands:") for m in seen)
 
 
 def test_revision_task_continues_from_replayed_state(tmp_path, textcraft_server):
