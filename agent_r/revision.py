@@ -79,7 +79,7 @@ class TreeResult:
     good_samples: int = 0
     empty_suffix_pairs: int = 0        # good path adds nothing after the bad prefix: dropped
     verifier_prompts: int = 0
-    unparseable: int = 0
+    unparseable: int = 0               # verifier replies without a readable label (treated as Uncertain)
     first_bad: dict[str, int] = field(default_factory=dict)  # "1", "2", ... or "none" -> count
 
     def to_dict(self) -> dict:
@@ -256,15 +256,16 @@ def make_verdict(labels: list[str | None], replies: list[str]) -> Verdict:
 
 
 def verify_paths(backend: Backend, cfg: RevisionConfig,
-                 jobs: list[tuple[str, list[Node], int]]) -> tuple[list[Verdict], list[int]]:
+                 jobs: list[tuple[str, list[Node], int]]) -> tuple[list[Verdict], list[tuple[int, int]]]:
     """Judge every step of every path in ``jobs`` ((task, path, seed) each) with
     ONE batched generate call. Identical prompts (steps shared by two paths)
-    are sent once. Returns one Verdict per job and, per job, how many prompts
-    it added to the batch (so prompts sent = their sum)."""
+    are sent once. Returns one Verdict per job and, per job, (prompts it added
+    to the batch, how many of their replies were unparseable); summed over jobs
+    these are the prompts sent and the unparseable replies received."""
     prompts: dict[str, int] = {}
     requests: list[GenerationRequest] = []
     per_job: list[list[int]] = []
-    added: list[int] = []
+    new: list[range] = []
     for task, path, seed in jobs:
         indices, history, before = [], [], len(requests)
         for step_no, node in enumerate(path, start=1):
@@ -277,19 +278,17 @@ def verify_paths(backend: Backend, cfg: RevisionConfig,
             indices.append(prompts[key])
             history.append((node.action, node.obs))
         per_job.append(indices)
-        added.append(len(requests) - before)
+        new.append(range(before, len(requests)))
     if not requests:
-        return [], added
+        return [], [(0, 0) for _ in jobs]
     sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
     outputs = backend.generate(requests, sampling)
     if len(outputs) != len(requests):
         raise RuntimeError(f"backend returned {len(outputs)} results for {len(requests)} verifier prompts")
     replies = [out[0] if out else "" for out in outputs]
-    verdicts = []
-    for indices in per_job:
-        job_replies = [replies[i] for i in indices]
-        verdicts.append(make_verdict([parse_judgement(r) for r in job_replies], job_replies))
-    return verdicts, added
+    labels = [parse_judgement(r) for r in replies]
+    verdicts = [make_verdict([labels[i] for i in indices], [replies[i] for i in indices]) for indices in per_job]
+    return verdicts, [(len(r), sum(labels[i] is None for i in r)) for r in new]
 
 
 # ---------------------------------------------------------------- per tree
@@ -338,8 +337,7 @@ def build_rows(plan: TreePlan, cfg: RevisionConfig, verdicts: dict[tuple[int, ..
     head = head_messages(root)
     task = head[3]["content"]
     res.pairs = len(plan.pairs)
-    for key, verdict in verdicts.items():
-        res.unparseable += verdict.unparseable
+    for verdict in verdicts.values():
         pos = "none" if verdict.first_bad is None else str(verdict.first_bad)
         res.first_bad[pos] = res.first_bad.get(pos, 0) + 1
     for high, low in plan.pairs:
@@ -384,15 +382,16 @@ def process_trees(plans: list[TreePlan], cfg: RevisionConfig, backend: Backend |
                 owners.append((t, key))
     if jobs and backend is None:
         raise ValueError("the verifier needs a backend (data_type centric with revise on)")
-    verdicts, added = verify_paths(backend, cfg, jobs) if jobs else ([], [])
+    verdicts, counts = verify_paths(backend, cfg, jobs) if jobs else ([], [])
     per_tree: list[dict] = [{} for _ in plans]
-    sent = [0] * len(plans)
-    for (t, key), verdict, n in zip(owners, verdicts, added):
+    sent, unparseable = [0] * len(plans), [0] * len(plans)
+    for (t, key), verdict, (n, bad) in zip(owners, verdicts, counts):
         per_tree[t][key] = verdict
         sent[t] += n
+        unparseable[t] += bad
     results = [build_rows(plan, cfg, per_tree[t]) for t, plan in enumerate(plans)]
-    for res, n in zip(results, sent):
-        res.verifier_prompts = n
+    for res, n, bad in zip(results, sent, unparseable):
+        res.verifier_prompts, res.unparseable = n, bad
     return results
 
 

@@ -156,3 +156,27 @@ def verifier_policy(labels: dict[str, str], default: str = "Good"):
         return label if "\n" in label else f"Checking the step against the goal.\nJudgment: {label}"
 
     return policy
+
+
+# ------------------------------------------------------------- search policy double
+
+MISTAKE_TURN = "Thought: Let me look at what I have first.\nAction: inventory"
+
+
+def expert_or_mistake_policy(messages: list[dict], index: int, seed: int | None) -> str:
+    """Sample 0 plays the TextCraft expert's next planned step, every other
+    sample a useless ``inventory``: searched trees then hold successful leaves
+    and failed ones, so they yield revision pairs."""
+    from agent_r.textcraft_expert import solve
+
+    turns = [s.turn() for s in solve(messages[3]["content"]).steps]
+    done = sum(1 for m in messages[4:] if m["role"] == "assistant" and m["content"] in turns)
+    return turns[min(done, len(turns) - 1)] if index == 0 else MISTAKE_TURN
+
+
+def expert_or_mistake_backend(model_dir=None, **options):
+    """Test double for the search policy (not a model):
+    ``--backend python:tests.support.tree_fixtures:expert_or_mistake_backend``."""
+    from tests.support.doubles import ScriptedBackend
+
+    return ScriptedBackend(expert_or_mistake_policy)
