@@ -415,6 +415,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
         ("success rate %", [f"{100 * s['success_rate']:.2f}" for s in summaries]),
         ("mean steps", [f"{s['mean_steps']:.2f}" for s in summaries]),
         ("ended by step limit", [str(s["step_limit"]) for s in summaries]),
+        ("ended by disaster", [str(s["disaster"]) for s in summaries]),
         ("failed (env error)", [str(s["failed"]) for s in summaries]),
     ]
     for k in LOOP_LENGTHS:
