@@ -230,17 +230,21 @@ class HFBackend(Backend):
     Sampling is reproducible per *batch*, not per request: when every request
     carries a seed, torch is seeded from the combination of all seeds, so the
     same batch gives the same samples, but a request's samples change when its
-    batch-mates change (use vllm for per-request seeds).
+    batch-mates change (use vllm for per-request seeds). ``seed`` seeds torch
+    once at construction, so a whole run with unseeded requests repeats too.
     """
 
     name = "hf"
 
-    def __init__(self, model_dir: str, device: str = "auto", dtype: str = "auto", batch_size: int = 16) -> None:
+    def __init__(self, model_dir: str, device: str = "auto", dtype: str = "auto", batch_size: int = 16,
+                 seed: int | None = None) -> None:
         super().__init__()
         import torch
         from transformers import AutoModelForCausalLM
 
         self._torch = torch
+        if seed is not None:
+            torch.manual_seed(seed)
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         if dtype == "auto":
