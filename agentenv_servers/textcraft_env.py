@@ -124,6 +124,7 @@ class RecipeBook:
     goals: list[str] = field(default_factory=list)
     _depth: dict[str, int] = field(default_factory=dict)
     _uses: dict[str, list[str]] = field(default_factory=dict)
+    _tasks: dict[int, tuple[str, tuple[str, ...]]] = field(default_factory=dict)   # at most len(goals)
 
     @classmethod
     def load(cls, data_dir: str | os.PathLike | None = None) -> "RecipeBook":
@@ -219,6 +220,13 @@ class RecipeBook:
         """-> (goal id, shown recipe lines) for a task index; fully determined by
         ``data_idx % len(goals)``."""
         k = data_idx % len(self.goals)
+        if k not in self._tasks:
+            goal, lines = self._make_task(k)
+            self._tasks[k] = (goal, tuple(lines))
+        goal, lines = self._tasks[k]
+        return goal, list(lines)
+
+    def _make_task(self, k: int) -> tuple[str, list[str]]:
         goal = self.goals[k]
         rng = random.Random(k)
         own = sorted({r.text for r in self.recipe_closure(goal)})
