@@ -115,6 +115,20 @@ def test_client_solves_a_task_over_http(textcraft_server):
         assert detail["done"] is True and detail["goal"] == "minecraft:stone_pickaxe"
 
 
+def test_create_with_custom_commands_and_goal(textcraft_server):
+    body = {"commands": "craft 4 stick using 2 planks", "goal": "minecraft:stick"}
+    made = requests.post(f"{textcraft_server}/create", json=body).json()
+    try:
+        assert made["observation"] == "Crafting commands:\ncraft 4 stick using 2 planks\n\nGoal: craft stick."
+        step = lambda a: requests.post(f"{textcraft_server}/step", json={"id": made["id"], "action": a}).json()
+        step("get 1 birch logs")
+        step("craft 4 birch planks using 1 birch logs")
+        assert step("craft 4 stick using 2 birch planks") == {"observation": "Crafted 4 minecraft:stick",
+                                                              "reward": 1.0, "done": True}
+    finally:
+        assert requests.post(f"{textcraft_server}/close", json={"id": made["id"]}).json() is True
+
+
 def test_client_cleans_actions_like_agentgym():
     assert clean_action("  craft 4 oak-planks\nusing 1 oak logs.  ") == "craft 4 oakplanks using 1 oak logs"
     assert clean_action("get 1 lapis_lazuli!") == "get 1 lapislazuli"
