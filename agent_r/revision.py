@@ -114,6 +114,10 @@ def head_messages(root: Node) -> list[Message]:
     """Messages 0-3 of the root; the fixed "Ok." turn is never trained."""
     if len(root.state) < HEAD_LEN:
         raise TreeFormatError(f"root 'state' has {len(root.state)} messages, expected >= {HEAD_LEN}")
+    roles = [m.get("role") if isinstance(m, dict) and "content" in m else None for m in root.state[:HEAD_LEN]]
+    if roles != ["system", "user", "assistant", "user"]:
+        raise TreeFormatError(f"root 'state' must start with system, user, assistant, user messages "
+                              f"(role + content each), got roles {roles}")
     head = [{"role": str(m["role"]), "content": str(m["content"])} for m in root.state[:HEAD_LEN]]
     head[2]["loss"] = False
     return head

@@ -81,6 +81,13 @@ def test_verifier_through_table_backend(trees, tmp_path):
     assert [(f["action"], f["judgement"]) for f in fb] == [("get 1 diamond", "Bad")]
     assert [m.get("loss") for m in rows["3"]["revise_log"] if m["role"] == "assistant"] == [False, False, True] + [True] * 3
     assert "first bad step (position:paths):" in r.stdout and "unparseable judgements: 0" in r.stdout
+    # a changed tree is redone alone (its 2 low-path steps); the others come from their parts
+    tf.write_tree(tf.tree_split_at_root(task=tf.TASK + " Changed."), trees, 3)
+    r2 = run_script("--input_dir", trees, "--output_dir", out, "--backend", "python:tests.support.doubles:table_backend",
+                    TASK="textcraft", MODEL_DIR=table)
+    assert r2.returncode == 0 and "(2 this run)" in r2.stdout
+    again = {r["task_num"]: r for r in rows_of(out / "textcraft_centric.jsonl")}
+    assert again["3"]["task_description"].endswith("Changed.") and again["12"] == rows["12"]
 
 
 def test_good_data_needs_no_model_and_no_search_vars(trees, tmp_path):

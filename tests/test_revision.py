@@ -271,3 +271,19 @@ def test_unparseable_replies_counted():
     res = run(tf.tree_split_at_root(), CFG, backend)
     assert res.unparseable == 1 and res.first_bad == {"none": 1}
     assert [f["judgement"] for f in res.rows[0]["revise_feedback"]] == ["Uncertain", "Good"]
+
+
+def test_malformed_states_raise_tree_format_error():
+    root = tf.tree_split_at_root()
+    root.state = root.state[:3]
+    with pytest.raises(revision.TreeFormatError, match="root 'state' has 3 messages"):
+        revision.plan_tree(0, root, CFG)
+    root = tf.tree_split_at_root()
+    root.state[2] = {"role": "user", "content": "Ok."}
+    with pytest.raises(revision.TreeFormatError, match="must start with system, user, assistant, user"):
+        revision.plan_tree(0, root, CFG)
+    root = tf.tree_split_at_root()
+    leaf = root.children[0].children[0]
+    leaf.state = leaf.state[:-1]
+    with pytest.raises(revision.TreeFormatError, match="does not end with an assistant turn"):
+        revision.plan_tree(0, root, CFG)
