@@ -54,6 +54,8 @@ def stop_server(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    if getattr(proc, "log_path", None):
+        Path(proc.log_path).unlink(missing_ok=True)
 
 
 def rss_kib(pid: int) -> int:
