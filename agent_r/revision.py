@@ -195,7 +195,10 @@ def splice(head: list[Message], bad_prefix: Sequence[tuple[str, str]], good: Seq
 # ---------------------------------------------------------------- verifier
 
 _JUDGMENT = re.compile(r"judge?ment\s*:", re.IGNORECASE)
-_LABEL = re.compile(r"[\s*_\"'`\[\(<]*(good|bad|uncertain)\b", re.IGNORECASE)
+# the label word, optionally wrapped in markdown/quotes/brackets; a list of
+# alternatives (an echo of the instruction: "<Good|Bad|Uncertain>") is not a label
+_LABEL = re.compile(r"[\s*_\"'`\[\(<]*(good|bad|uncertain)\b"
+                    r"(?!\s*(?:[|/]|,\s*(?:good|bad|uncertain)\b|or\s+(?:good|bad|uncertain)\b))", re.IGNORECASE)
 
 
 def parse_judgement(reply: str) -> str | None:
@@ -223,7 +226,7 @@ def verifier_messages(task: str, history: Sequence[tuple[str, str]], action: str
         "Is this step a sensible move toward completing the task? Call it Good if it helps, Bad if it is a "
         "mistake (an action that fails, wastes steps, or heads away from the goal), and Uncertain if you "
         "cannot tell yet. First give your reasons in a few sentences. Then finish with one last line "
-        "exactly like this:\nJudgment: Good, Bad or Uncertain (one word)"
+        "of this form, choosing one word:\nJudgment: <Good|Bad|Uncertain>"
     )
     return [{"role": "system", "content": "You are a careful reviewer of agent trajectories."},
             {"role": "user", "content": prompt}]

@@ -70,6 +70,11 @@ CFG = RevisionConfig(alpha=0.5, beta=0.5)
     ("Judgment: not good", None),            # the reference's substring test called this Good
     ("This step is bad, not good.", None),   # no marker
     ("Judgment: Goodness knows", None),
+    ("Judgment: <Good|Bad|Uncertain>", None),   # the instruction echoed back
+    ("Judgment: Good, Bad or Uncertain", None),
+    ("Judgment: good or bad", None),
+    ("Judgment: [Bad]", "Bad"),
+    ("Judgment: Good, because the log is needed.", "Good"),
     ("", None),
 ])
 def test_parse_judgement_reads_only_the_last_marker(reply, label):
