@@ -152,7 +152,7 @@ class BaseEnvClient:
                 if last:
                     raise EnvServerUnreachable(
                         f"cannot reach the {self.env_name} environment server at {self.env_server_base} "
-                        f"({type(exc).__name__} on /{endpoint} after {attempts} tries). Start one with "
+                        f"({type(exc).__name__} on /{endpoint}, {attempts} attempt(s)). Start one with "
                         f"{self.start_hint} or point --env_server_base at a running server.",
                         endpoint, self.env_id) from None
                 log.info("%s unreachable (%s), retry %d/%d", url, type(exc).__name__, attempt + 1, attempts)

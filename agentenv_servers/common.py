@@ -118,7 +118,8 @@ def add_health(app: FastAPI, name: str, table: EnvTable) -> None:
 
 def serve(make_app: Callable[[int], FastAPI], name: str, default_port: int, default_max_envs: int,
           argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=f"Local AgentGym-compatible {name} environment server.")
+    parser = argparse.ArgumentParser(prog=f"python -m agentenv_servers.{name}",
+                                     description=f"Local AgentGym-compatible {name} environment server.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=default_port, help=f"port (default {default_port})")
     parser.add_argument("--max-envs", type=int, default=default_max_envs,
