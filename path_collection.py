@@ -2,8 +2,11 @@
 
     TASK=textcraft MODEL_DIR=models/textcraft-tiny python path_collection.py --data_type centric --revise 1
     TASK=textcraft python path_collection.py --data_type good
-    python path_collection.py export --format xtuner --input mcts_training_data/textcraft_centric.jsonl \
-        mcts_training_data/textcraft_good.jsonl --output train.json
+    python path_collection.py export --format xtuner --output train.json \\
+        --input mcts_training_data/textcraft_centric.jsonl mcts_training_data/textcraft_good.jsonl
+
+`path_collection.py export ...` writes training files (XTuner or DPO) from
+these JSONL files; see `path_collection.py export --help`.
 
 Env vars: TASK (required), ALPHA / BETA (score thresholds on the task's scale;
 defaults per task, see docs/revision.md), MODEL_DIR / MODEL_NAME (the verifier
