@@ -17,3 +17,6 @@ $(VENV)/.installed: requirements.txt
 
 test: setup
 	$(PY) -m pytest -q tests
+
+demo: setup
+	SKIP_SETUP=1 bash scripts/demo.sh
