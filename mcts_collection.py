@@ -38,7 +38,7 @@ ENV_HELP = """environment variables (meaning, default):
   TEMP              sampling temperature, float (default 1.0)
   MAX_TOKEN_LENGTH  prompt budget in tokens; older turns are dropped above it - 60 (default 4096)
   MODEL_DIR         policy model directory or hub id (default: the bundled models/textcraft-tiny)
-  MODEL_NAME        name of the output folder (default: --model_name, else basename of MODEL_DIR)
+  MODEL_NAME        output folder name when --model_name is not given (default: basename of MODEL_DIR)
   BACKEND           model backend when --backend is not given: vllm, hf, openai, python:MOD:FACTORY
                     (default vllm when installed with CUDA, else hf)
   OPENAI_BASE_URL / OPENAI_API_KEY   endpoint for BACKEND=openai
