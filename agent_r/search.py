@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Generator, Optional
 
 from agent_r.conversation import append_turn, clean_observation, initial_conversation, normalise_turn, parse_action, truncate
-from agent_r.llm import Backend, GenerationRequest, SamplingConfig
+from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig
 from agent_r.tasks import TaskRules
 from agent_r.tree import EXPLORATION_C, Node
 
@@ -305,6 +305,8 @@ def search_trees(
                         for _, r in waiting
                     ]
                     outputs = backend.generate(requests, sampling)
+                    if len(outputs) != len(requests):
+                        raise BackendError(f"backend {backend.name} answered {len(outputs)} of {len(requests)} requests")
                     stats.model_calls += 1
                     stats.requests += len(requests)
                     stats.batch_sizes.append(len(requests))
