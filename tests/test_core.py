@@ -82,3 +82,14 @@ def test_corrupt_and_schema_errors_name_the_file(tmp_path):
     p.write_text(json.dumps({"visits": 1}))
     with pytest.raises(TreeFormatError, match="missing keys"):
         load_tree(p)
+
+
+def test_atomic_write_uses_umask_permissions(tmp_path):
+    import os
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "p.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # no temp file left
