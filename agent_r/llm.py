@@ -168,6 +168,8 @@ def _combined_seed(seeds: Sequence[int]) -> int:
 
 # ----------------------------------------------------------------------------- vllm
 
+_VLLM_ENGINES: dict[tuple, Any] = {}
+
 class VLLMBackend(Backend):
     """Offline vllm.LLM, built once per process; one ``llm.chat`` call per
     generate() with a per-request SamplingParams (so each request keeps its own
@@ -190,7 +192,11 @@ class VLLMBackend(Backend):
         self.model_dir = model_dir
         self.options = dict(dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
-        self.llm = vllm.LLM(model=model_dir, enable_prefix_caching=True, **self.options)
+        key = (model_dir, tuple(sorted(self.options.items())))
+        if key not in _VLLM_ENGINES:  # an engine takes minutes and most of the GPU: one per process
+            _VLLM_ENGINES[key] = vllm.LLM(model=model_dir, enable_prefix_caching=True, **self.options)
+        self._key = key
+        self.llm = _VLLM_ENGINES[key]
         self.tokenizer = self.llm.get_tokenizer()
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
@@ -215,6 +221,7 @@ class VLLMBackend(Backend):
         return chat_token_count(self.tokenizer, messages)
 
     def close(self) -> None:
+        _VLLM_ENGINES.pop(self._key, None)
         del self.llm
 
     def describe(self) -> dict[str, Any]:
