@@ -42,6 +42,8 @@ class SearchConfig:
     max_new_tokens: int = 500
     seed: int = 0
     c: float = EXPLORATION_C
+    env_retries: int = 2            # restarts of a tree from its root on a fresh env after an env error
+    env_retry_delay: float = 1.0    # seconds before the first restart, doubled for each further one
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, max_new_tokens=self.max_new_tokens)
@@ -61,6 +63,7 @@ class TreeStats:
     successful_leaves: int = 0
     max_depth: int = 0
     root_value: float = 0.0
+    env_restarts: int = 0      # searches restarted from the root after an env error
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -110,33 +113,58 @@ class TreeSearch:
         self.gen: Optional[Generator] = None  # set by the driver: self.run()
         self._at: Optional[list[str]] = None  # actions the client has taken since its last reset
 
-    # ---- the search --------------------------------------------------
+    # ---- the search ----------------------------------------------------
     def run(self) -> Generator[GenerationRequest, list[str], Node]:
+        """The whole search, restarted from the root on a fresh env client after
+        an env error (a dropped connection, a restarted server that forgot the
+        env), at most ``env_retries`` times. A restart rebuilds the identical
+        tree with a deterministic backend: seeds depend only on node positions
+        and the tie-break generator starts over."""
         started = time.perf_counter()
         try:
-            self.client = self.make_client()
-            root = self._new_root()
-            for _ in range(self.config.iterations):
-                if root.is_terminal:
-                    break
-                self.stats.iterations += 1
-                node: Optional[Node] = root
-                while node is not None:
-                    if not node.children:
-                        seed = request_seed(self.config.seed, self.idx, node)
-                        samples = yield GenerationRequest(messages=node.state, n=self.config.n_gen, seed=seed)
-                        self._expand(node, samples)
-                    node = self._select(node)
-            self._final_stats(root)
-            return root
+            for attempt in range(self.config.env_retries + 1):
+                try:
+                    root = yield from self._search()
+                    self._final_stats(root)
+                    return root
+                except _env_errors() as exc:
+                    if attempt == self.config.env_retries:
+                        raise
+                    delay = self.config.env_retry_delay * 2 ** attempt
+                    log.warning("task %s: env error (%s); restarting its search from the root on a fresh env "
+                                "in %.1fs (retry %d/%d)", self.idx, exc, delay, attempt + 1, self.config.env_retries)
+                    self._drop_client()
+                    self.stats.env_restarts += 1
+                    time.sleep(delay)
+            raise AssertionError("unreachable")
         finally:
             self.stats.seconds = time.perf_counter() - started
-            if self.client is not None:
-                try:
-                    self.client.close()
-                except Exception:  # noqa: BLE001 - closing is best effort
-                    log.debug("closing env client of task %s failed", self.idx, exc_info=True)
-                self.client = None
+            self._drop_client()
+
+    def _search(self) -> Generator[GenerationRequest, list[str], Node]:
+        self.rng = selection_rng(self.config.seed, self.idx)
+        self.client = self.make_client()
+        root = self._new_root()
+        for _ in range(self.config.iterations):
+            if root.is_terminal:
+                break
+            self.stats.iterations += 1
+            node: Optional[Node] = root
+            while node is not None:
+                if not node.children:
+                    seed = request_seed(self.config.seed, self.idx, node)
+                    samples = yield GenerationRequest(messages=node.state, n=self.config.n_gen, seed=seed)
+                    self._expand(node, samples)
+                node = self._select(node)
+        return root
+
+    def _drop_client(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                log.debug("closing env client of task %s failed", self.idx, exc_info=True)
+            self.client = None
 
     def _new_root(self) -> Node:
         self.client.reset(self.idx)
@@ -218,6 +246,23 @@ class TreeSearch:
         self.stats.root_value = float(root.value)
 
 
+def _env_errors() -> tuple[type[BaseException], ...]:
+    """Errors worth a fresh env: the server's (EnvServerError, including an
+    unreachable server) and the HTTP layer's. Programming errors are not."""
+    import requests
+
+    from agentenv_client import EnvServerError
+
+    return (EnvServerError, requests.RequestException)
+
+
+def _is_fatal(exc: BaseException) -> bool:
+    """A tree that failed this way means every other tree will too: stop the run."""
+    from agentenv_client import EnvServerUnreachable
+
+    return isinstance(exc, EnvServerUnreachable)
+
+
 def backpropagate(leaf: Node) -> None:
     """Add one visit and the leaf's score on the way to the root; a node passed
     becomes terminal when all of its children are."""
@@ -271,7 +316,9 @@ def search_trees(
 ) -> DriverStats:
     """Search every task in ``indices``; ``on_result`` gets each finished (or
     failed) tree in the driver's thread. A backend failure aborts the run (after
-    closing every open client); an env failure fails only its tree."""
+    closing every open client); an env failure fails only its tree, after the
+    tree's restarts from the root; an unreachable server (after those restarts)
+    aborts the run, since every other tree would fail the same way."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     stats = DriverStats()
@@ -279,8 +326,8 @@ def search_trees(
     queue = deque(indices)
     live: list[TreeSearch] = []  # started, not finished
     runnable: list[tuple[TreeSearch, Optional[list[str]]]] = []
-    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tree") as pool:
-        try:
+    try:
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tree") as pool:
             while queue or runnable:
                 while queue and len(live) < concurrency:
                     tree = TreeSearch(queue.popleft(), rules, make_client, config)
@@ -289,13 +336,18 @@ def search_trees(
                     runnable.append((tree, None))
                 outcomes = list(pool.map(lambda item: _advance(*item), runnable))
                 waiting: list[tuple[TreeSearch, GenerationRequest]] = []
+                fatal: Optional[BaseException] = None
                 for (tree, _), outcome in zip(runnable, outcomes):
                     if isinstance(outcome, TreeResult):
                         live.remove(tree)
                         if on_result is not None:
                             on_result(outcome)
+                        if outcome.error is not None and _is_fatal(outcome.error):
+                            fatal = outcome.error
                     else:
                         waiting.append((tree, outcome))
+                if fatal is not None:
+                    raise fatal
                 runnable = []
                 if waiting:
                     # Truncation runs here, in one thread: a tokenizer is not
@@ -311,10 +363,13 @@ def search_trees(
                     stats.requests += len(requests)
                     stats.batch_sizes.append(len(requests))
                     runnable = [(tree, list(out)) for (tree, _), out in zip(waiting, outputs)]
-        finally:
-            for tree in live:  # closes the env clients of unfinished trees
-                try:
-                    tree.gen.close()
-                except ValueError:  # still running in a worker (interrupted mid-step)
-                    log.warning("task %s: could not stop its search cleanly", tree.idx)
+    finally:
+        # After the pool has shut down (it waits for running env work, also on
+        # Ctrl-C), no generator is executing, so closing each one runs its
+        # finally and frees its remote env.
+        for tree in live:
+            try:
+                tree.gen.close()
+            except Exception:  # noqa: BLE001 - one tree's cleanup must not stop the others'
+                log.warning("task %s: could not stop its search cleanly", tree.idx, exc_info=True)
     return stats
