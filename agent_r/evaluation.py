@@ -57,6 +57,7 @@ class EvalConfig:
     concurrency: int = 8
     seed: int = 0
     env_retries: int = 2          # fresh-client restarts of an episode after an env error
+    env_retry_delay: float = 1.0  # seconds before restarting after an unreachable server, doubled each time
     limit: int | None = None
     split_file: str | None = None
     revise_from: str | None = None
@@ -258,7 +259,8 @@ def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalC
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - env failures are recorded, not fatal
-            if _is_fatal(exc):
+            unreachable = _is_fatal(exc) and not isinstance(exc, UsageError)
+            if isinstance(exc, UsageError) or (unreachable and ep.attempt >= cfg.env_retries):
                 raise
             log.warning("task %s: env error (attempt %d): %s", ep.job.key, ep.attempt + 1, exc)
             ep.drop_client()
@@ -268,13 +270,15 @@ def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalC
             else:
                 ep.result = None
                 ep.restart = True
+                if unreachable:  # give a restarting server time to come back
+                    time.sleep(cfg.env_retry_delay * 2 ** (ep.attempt - 1))
 
     def start(ep: Episode) -> None:
         ep.restart = False
         guarded(ep, lambda: ep.start(new_client))
 
-    with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
-        try:
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
             while pending or live:
                 fresh = []
                 while pending and len(live) + len(fresh) < cfg.concurrency:
@@ -303,11 +307,13 @@ def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalC
                     raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(live)} requests")
                 list(pool.map(lambda ep, out: guarded(ep, lambda: ep.take_turn(out[0])), live, outputs))
                 live = _retire(live, spare_clients, on_result, progress)
-        finally:
-            for ep in live:
-                ep.drop_client()
-            for client in spare_clients:
-                _close(client)
+    finally:
+        # After the pool has shut down (it waits for running env work, also on
+        # Ctrl-C), so no worker can open a client after this closes them.
+        for ep in live:
+            ep.drop_client()
+        for client in spare_clients:
+            _close(client)
 
 
 def _retire(live: list[Episode], spare_clients: list, on_result, progress) -> list[Episode]:
