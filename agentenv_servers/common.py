@@ -6,6 +6,7 @@ import argparse
 import functools
 import inspect
 import logging
+import random
 import threading
 from typing import Any, Callable, Generic, TypeVar
 
@@ -35,13 +36,15 @@ class StepBody(BaseModel):
 
 
 class EnvTable(Generic[E]):
-    """Live envs by id. Ids are never reused, so a stale id cannot reach a new env."""
+    """Live envs by id. Ids are never reused, so a stale id cannot reach a new
+    env; they start at a random offset, so neither can a client's id from
+    before a server restart (it gets "not valid" and the client starts over)."""
 
     def __init__(self, max_envs: int, close_env: Callable[[E], None] = lambda env: None):
         self.max_envs = max_envs
         self._close_env = close_env
         self._envs: dict[int, E] = {}
-        self._next_id = 0
+        self._next_id = random.SystemRandom().randrange(1 << 30) * 1024
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
