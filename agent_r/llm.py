@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent_r.config import UsageError
+from agent_r.config import UsageError, env_float, env_int
 
 DEFAULT_MAX_NEW_TOKENS = 500
 
@@ -455,6 +455,11 @@ def make_backend(kind: str | None, model_dir: str | None, **options: Any) -> Bac
             tokenizer = model_dir
         base_url = options.pop("base_url", None) or os.environ.get("OPENAI_BASE_URL")
         api_key = options.pop("api_key", None) or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+        options.setdefault("timeout", env_float("OPENAI_TIMEOUT", "seconds one OpenAI request may take", 120.0,
+                                                minimum=0.001))
+        options.setdefault("max_retries", env_int("OPENAI_MAX_RETRIES", "retries of a failed OpenAI request", 5,
+                                                  minimum=0))
         return OpenAIBackend(model, base_url, api_key, tokenizer=tokenizer, **_accepted(OpenAIBackend, options))
     raise UsageError(f"unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)} (flag --backend or env BACKEND).")
 
