@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         if backend is not None:
             backend.close()
     print(evaluation.format_table([summary], [f"{cfg.model_name}_{cfg.model_type}"]))
+    if backend is not None:
+        b = backend.stats
+        print(f"model calls {b.calls}, requests {b.requests}, retries {b.retries}")
     print(f"results: {cfg.run_dir()}")
     return 0
 

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     b = final["backend"]
     print(f"trees: {totals['done']} done, {totals['skipped']} skipped, {totals['failed']} failed | "
           f"leaves {totals['leaves']} ({totals['successful_leaves']} successful) | "
-          f"model calls {b.get('calls', 0)}, samples {b.get('samples', 0)} | env steps {totals['env_steps']} | "
+          f"model calls {b.get('calls', 0)}, samples {b.get('samples', 0)}, retries {b.get('retries', 0)} | env steps {totals['env_steps']} | "
           f"{final['wall_s']:.1f}s -> {out_dir}")
     if failed:
         print(f"failed tasks (rerun to retry): {sorted(failed)}")
