@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from tqdm import tqdm
 from agent_r import revision
 from agent_r.config import UsageError, env_float, env_int, env_str, run_cli, setup_logging
 from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
+from agent_r.manifest import write_manifest
 from agent_r.tasks import get_rules
 from agent_r.tree import TreeFormatError, load_tree
 
@@ -194,6 +196,7 @@ def collect(argv: list[str] | None = None) -> int:
             results[idx] = cached
     log.info("%d trees in %s, %d already processed", len(trees), input_dir, len(trees) - len(todo))
     verifier_this_run = 0
+    started = time.time()
     try:
         with tqdm(total=len(todo), desc="trees", unit="tree") as bar:
             for start in range(0, len(todo), args.tree_batch):
@@ -208,7 +211,16 @@ def collect(argv: list[str] | None = None) -> int:
     rows = [row for idx, _ in trees if idx in results for row in results[idx]["rows"]]
     out = Path(args.output_dir) / f"{task}_{cfg.data_type}.jsonl"
     atomic_write_jsonl(out, rows)
+    backend_stats = collector.backend.stats.as_dict() if collector.backend is not None else {}
+    write_manifest(out.with_name(f"{out.stem}.manifest.json"),
+                   {**dataclasses.asdict(cfg), "input_dir": str(input_dir), "backend_kind": args.backend
+                    or os.environ.get("BACKEND"), "model_dir": model_dir if cfg.needs_verifier else None},
+                   collector.backend, {"trees": len(trees), "failed": failed, "rows": len(rows),
+                                       "verifier_prompts_this_run": verifier_this_run, "backend": backend_stats},
+                   started, time.time())
     print(summary(trees, results, failed, cfg, verifier_this_run, out, len(rows)))
+    if backend_stats:
+        print(f"model calls {backend_stats['calls']}, retries {backend_stats['retries']}")
     if failed:
         print(f"error: {len(failed)} tree(s) could not be read: {', '.join(failed)} "
               "(fix or delete them, or rerun mcts_collection.py for those tasks)", file=sys.stderr)
