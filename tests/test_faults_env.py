@@ -1,0 +1,163 @@
+"""Env-server faults, with real processes: the local TextCraft server is killed
+mid-run and restarted on the same port; a script gets Ctrl-C; a short soak.
+Each test owns its server, so a kill or a live-env count is its own."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from urllib.parse import urlparse
+
+import pytest
+
+from agent_r.tree import load_tree
+from tests.support.env_fixtures import ROOT, free_port, start_server, stop_server
+from tests.support.faults import (LATENCY_TABLE, SEARCH_DOUBLE, files, kill, listen_addresses, live_envs, run_script,
+                                  start_server_on, wait_for)
+
+SEARCH_ENV = {"TASK": "textcraft", "MAX_DEPTH": "3", "ITERA": "3", "N_GEN": "3"}
+
+
+@pytest.fixture
+def own_server():
+    """A TextCraft server this test may kill: {"proc", "url", "port"}; the
+    current process is stopped at the end."""
+    proc, url = start_server("agentenv_servers.textcraft")
+    state = {"proc": proc, "url": url, "port": urlparse(url).port}
+    yield state
+    stop_server(state["proc"])
+
+
+def crash_and_restart(state: dict, down_s: float = 1.0) -> None:
+    kill(state["proc"])
+    time.sleep(down_s)
+    state["proc"] = start_server_on("agentenv_servers.textcraft", state["port"])
+
+
+def test_search_survives_a_server_restart(tmp_path, own_server):
+    """Trees in flight when the server dies restart from their root on a fresh
+    env; the run finishes (exit 0) with exactly the undisturbed run's trees."""
+    url = own_server["url"]
+    flags = ["--env_server_base", url, "--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "25",
+             "--concurrency", "4"]
+    ref = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "ref", env=SEARCH_ENV)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    expected = files(tmp_path / "ref" / "textcraft" / "m")
+    assert len(expected) == 20
+
+    folder = tmp_path / "run" / "textcraft" / "m"
+    proc = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "run",
+                      env={**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.1"}, wait=False)
+    wait_for(lambda: len(files(folder)) >= 3, proc, what="the first trees")
+    crash_and_restart(own_server)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "restarting its search from the root on a fresh env" in err  # trees were caught mid-flight
+    assert files(folder) == expected          # same trees, none partial, none lost
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert sum(item["env_restarts"] for item in manifest["items"].values()) >= 1
+    assert live_envs(own_server["url"]) == 0
+
+
+def test_eval_survives_a_server_restart(tmp_path, own_server):
+    table = tmp_path / "policy.json"
+    table.write_text(json.dumps({"Inventory: You are not": ["Thought: t\nAction: get 1 stick"],
+                                 "default": ["Thought: t\nAction: inventory"]}))
+    env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "table", "TEMP": "0",
+           "LATENCY_PER_CALL": "0.05", "LATENCY_PER_TOKEN": "0"}
+    flags = ["--env_server_base", own_server["url"], "--backend", LATENCY_TABLE, "--limit", "8", "--max_steps", "15",
+             "--concurrency", "4"]
+    ref = run_script("eval.py", *flags, "--output_dir", tmp_path / "ref", env=env)
+    assert ref.returncode == 0, ref.stderr[-2000:]
+    expected = files(tmp_path / "ref" / "textcraft" / "table_eval")
+    assert len(expected) == 8
+
+    run_dir = tmp_path / "run" / "textcraft" / "table_eval"
+    proc = run_script("eval.py", *flags, "--output_dir", tmp_path / "run", env=env, wait=False)
+    wait_for(lambda: len(files(run_dir)) >= 1, proc, what="the first result")
+    crash_and_restart(own_server)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "env error (attempt 1)" in err
+    assert files(run_dir) == expected
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["tasks"] == 8 and summary["failed"] == 0
+    assert live_envs(own_server["url"]) == 0
+
+
+def test_search_stops_with_one_line_when_the_server_stays_down(tmp_path, own_server):
+    """Dead for good: trees retry (bounded), then the run stops with exit 2 and
+    the unreachable message; the trees finished before are kept and a rerun,
+    once the server is back, completes the set."""
+    url = own_server["url"]
+    flags = ["--env_server_base", url, "--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "12",
+             "--concurrency", "2"]
+    folder = tmp_path / "textcraft" / "m"
+    proc = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path,
+                      env={**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.1"}, wait=False)
+    wait_for(lambda: len(files(folder)) >= 2, proc, what="the first trees")
+    kill(own_server["proc"])
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert err.strip().splitlines()[-1].startswith("error: cannot reach the textcraft environment server")
+    kept = files(folder)
+    assert kept and all(load_tree(folder / name) for name in kept)
+
+    own_server["proc"] = start_server_on("agentenv_servers.textcraft", own_server["port"])
+    rerun = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path, env=SEARCH_ENV)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert len(files(folder)) == 9 and all(files(folder)[name] == data for name, data in kept.items())
+
+
+@pytest.mark.parametrize("script", ["mcts_collection.py", "eval.py"])
+def test_ctrl_c_closes_every_remote_env(tmp_path, own_server, script):
+    """SIGINT mid-run: exit 130 with the resume hint, and the server holds no
+    live env afterwards (each tree/episode closed its client)."""
+    url = own_server["url"]
+    if script == "mcts_collection.py":
+        args = ["--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "60", "--concurrency", "6"]
+        env = {**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.05"}
+        out_dir = tmp_path / "textcraft" / "m"
+    else:
+        table = tmp_path / "policy.json"
+        table.write_text(json.dumps({"default": ["Thought: t\nAction: inventory"]}))
+        args = ["--backend", LATENCY_TABLE, "--max_steps", "20", "--concurrency", "6", "--limit", "40"]
+        env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "t", "LATENCY_PER_CALL": "0.05",
+               "LATENCY_PER_TOKEN": "0"}
+        out_dir = tmp_path / "textcraft" / "t_eval"
+    proc = run_script(script, "--env_server_base", url, "--output_dir", tmp_path, *args, env=env, wait=False)
+    wait_for(lambda: len(files(out_dir)) >= 1 and live_envs(url) > 0, proc, what="a running search")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted; finished outputs are kept" in err
+    assert live_envs(url) == 0
+
+
+def test_short_soak_keeps_server_memory_and_fds_bounded(tmp_path, own_server):
+    """bench/bench_soak.py for a few seconds at concurrency 16: no env left
+    live, RSS and open fds stay near their start values."""
+    out = tmp_path / "soak.json"
+    res = run_script("bench/bench_soak.py", "--server_url", own_server["url"], "--server_pid", own_server["proc"].pid,
+                     "--seconds", "8", "--concurrency", "16", "--json", out)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert data["cycles"] > 100 and data["errors"] == 0
+    assert data["end"]["live_envs"] == 0
+    assert data["end"]["rss_kib"] - data["start"]["rss_kib"] < 30 * 1024
+    assert data["end"]["fds"] - data["start"]["fds"] <= 4
+
+
+def test_servers_bind_loopback_unless_told_otherwise():
+    """No --host: the server listens on 127.0.0.1 only (not 0.0.0.0 / ::)."""
+    for module in ("agentenv_servers.textcraft", "agentenv_servers.sciworld"):
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", module, "--port", str(port)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: listen_addresses(proc.pid, port), proc, timeout=90, what=f"{module} to listen")
+            assert listen_addresses(proc.pid, port) == {"0100007F"}   # 127.0.0.1, little-endian hex
+        finally:
+            stop_server(proc)
