@@ -1,0 +1,1 @@
+"""XTuner configs and helpers for Agent-R training (run in the training env)."""
