@@ -15,6 +15,7 @@ Selection rule (scripts' ``--backend`` flag, else env var ``BACKEND``):
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import hashlib
 import importlib
 import importlib.util
@@ -354,11 +355,25 @@ class OpenAIBackend(Backend):
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="openai")
         self._lock = threading.Lock()
+        self._abort = threading.Event()   # set while a failed batch winds down
 
     def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
         requests = list(requests)
+        self._abort.clear()
         futures = [self._pool.submit(self._complete, r, sampling) for r in requests]
-        result = [f.result() for f in futures]
+        try:
+            result = [f.result() for f in futures]
+        except BackendError:
+            # The run stops on this error: the batch's other requests give up
+            # at their next retry instead of retrying (and logging) after the
+            # error has been reported.
+            self._abort.set()
+            concurrent.futures.wait(futures)
+            self._abort.clear()
+            raise
+        except BaseException:
+            self._abort.set()   # Ctrl-C: do not wait for requests in flight
+            raise
         with self._lock:
             self.stats.calls += 1
             self.stats.requests += len(requests)
@@ -385,6 +400,9 @@ class OpenAIBackend(Backend):
     def _call(self, args: dict[str, Any]) -> Any:
         oa = self._openai
         for attempt in range(self.max_retries + 1):
+            if self._abort.is_set():
+                raise BackendError(f"OpenAI request to {self.endpoint} abandoned: another request of the "
+                                   "batch failed")
             try:
                 return self.client.chat.completions.create(**args)
             except (oa.APIConnectionError, oa.RateLimitError, oa.InternalServerError, oa.APIStatusError) as exc:
@@ -400,12 +418,14 @@ class OpenAIBackend(Backend):
                         f"OpenAI endpoint {self.endpoint} failed after {attempt + 1} attempts "
                         f"({self.max_retries} retries): last error {reason}. Is the server up and reachable?"
                     ) from None
+                if self._abort.is_set():
+                    continue   # abandoned at the top of the loop, without a retry logged
                 delay = min(30.0, self.backoff * 2**attempt) * (0.5 + random.random())
                 with self._lock:
                     self.stats.retries += 1
                 log.warning("openai %s: %s; retry %d/%d in %.2fs", self.endpoint, reason, attempt + 1,
                             self.max_retries, delay)
-                time.sleep(delay)
+                self._abort.wait(delay)
         raise AssertionError("unreachable")
 
     def _redact(self, text: str) -> str:
