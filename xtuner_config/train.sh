@@ -53,6 +53,9 @@ if [[ -s "$WORK_DIR/last_checkpoint" ]]; then
     resume_from="$(cat "$WORK_DIR/last_checkpoint")"
     echo "resuming from $resume_from"
     args+=(--resume "$resume_from")
+    # XTuner and mmengine read their own checkpoints with torch.load's old
+    # default; torch >= 2.6 refuses them unless told to (they are ours: trusted).
+    export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1
 fi
 
 if (( NPROC_PER_NODE * NNODES > 1 )); then

@@ -45,8 +45,8 @@ def train_env(**settings) -> dict[str, str]:
     return env
 
 
-def run_train_env(args: list[str], timeout: float = 300, check: bool = True, **settings):
-    r = subprocess.run(args, cwd=ROOT, env=train_env(**settings), capture_output=True, text=True,
+def run_train_env(args: list[str], timeout: float = 300, check: bool = True, cwd: Path = ROOT, **settings):
+    r = subprocess.run(args, cwd=cwd, env=train_env(**settings), capture_output=True, text=True,
                        timeout=timeout)
     if check:
         assert r.returncode == 0, f"{args} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"

@@ -105,8 +105,9 @@ def test_bad_training_data_fails_with_one_clear_line(tmp_path, tiny_model_dir):
 
 
 def _losses(work_dir: Path) -> list[float]:
-    scalars = next(work_dir.glob("*/vis_data/scalars.json"))
-    return [json.loads(line)["loss"] for line in scalars.read_text().splitlines() if "loss" in line]
+    """Logged training losses of every run in work_dir (one folder per run), in order."""
+    return [json.loads(line)["loss"] for scalars in sorted(work_dir.glob("*/vis_data/scalars.json"))
+            for line in scalars.read_text().splitlines() if '"loss"' in line]
 
 
 @pytest.mark.parametrize("deepspeed", ["none", str(SUPPORT / "deepspeed_zero2_cpu.json")],
@@ -128,6 +129,15 @@ def test_train_sh_fine_tunes_and_converts_for_the_hf_backend(deepspeed, agent_ex
     assert r.stdout.strip().splitlines()[-1] == f"next iteration: export MODEL_DIR={hf}"
     assert (hf / "config.json").exists() and list(hf.glob("*.safetensors"))
 
+    if deepspeed == "none":  # a rerun resumes at the last checkpoint: no step repeated, model rebuilt
+        again = run_train_env(["bash", str(ROOT / "xtuner_config" / "train.sh")], timeout=600, CONFIG=CPU_CONFIG,
+                              DEEPSPEED=deepspeed, MODEL_DIR=tiny_model_dir, DATA_FILES=agent_export,
+                              WORK_DIR=work, MAX_LENGTH=512, EPOCHS=4, LR=2e-3, ACCUMULATIVE_COUNTS=1,
+                              WARMUP_RATIO=0, SAVE_FP32=1, PORT=free_port())
+        assert again.stdout.startswith(f"resuming from {pth}")
+        assert "Iter(train)" not in again.stdout + again.stderr and _losses(work) == losses
+        assert sorted(p.name for p in work.iterdir() if p.name.startswith("hf")) == ["hf"]
+
     backend = HFBackend(str(hf), device="cpu")
     try:
         msgs = [{"role": "system", "content": "You are a helpful assistant."},
@@ -147,3 +157,17 @@ def test_missing_training_env_is_reported(tmp_path):
     r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert "make setup-train" in r.stdout, r.stderr
+
+
+def test_plain_xtuner_cli_runs_the_config_from_any_directory(agent_export, tiny_model_dir, tmp_path):
+    """`xtuner train` / `xtuner convert pth_to_hf` (the reference README's
+    commands) start XTuner's tools as scripts, so the config itself must make
+    this repository importable. The CLI exits 0 even on failure: check outputs."""
+    work, hf = tmp_path / "work", tmp_path / "hf"
+    settings = dict(MODEL_DIR=tiny_model_dir, DATA_FILES=agent_export, MAX_LENGTH=512, EPOCHS=1,
+                    ACCUMULATIVE_COUNTS=1, WARMUP_RATIO=0)
+    r = run_train_env(["xtuner", "train", str(CPU_CONFIG), "--work-dir", str(work)], cwd=tmp_path, **settings)
+    pth = (work / "last_checkpoint").read_text().strip()
+    assert Path(pth).is_file(), r.stderr[-3000:]
+    r = run_train_env(["xtuner", "convert", "pth_to_hf", str(CPU_CONFIG), pth, str(hf)], cwd=tmp_path, **settings)
+    assert (hf / "config.json").exists() and (hf / "tokenizer.json").exists(), r.stderr[-3000:]
