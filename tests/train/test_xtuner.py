@@ -34,8 +34,8 @@ def test_label_masks_follow_each_turns_loss_flag(agent_export, tiny_model_dir):
     <|eot_id|>; loss:false turns (the bad prefix, "Ok."), their end-of-turn
     token and every system/user token get -100."""
     samples = json.loads(agent_export.read_text())
-    flags = [m["loss"] for s in samples for m in s["messages"] if m["role"] == "assistant"]
-    assert True in flags and False in flags[1:]  # revision samples with an untrained bad prefix
+    turns = [m for s in samples for m in s["messages"][3:] if m["role"] == "assistant"]  # after "Ok."
+    assert any(m["loss"] for m in turns) and any(not m["loss"] for m in turns)  # bad prefixes present
     info = inspect_config(SHIPPED, "tokenized", MODEL_DIR=tiny_model_dir, DATA_FILES=agent_export, PACK=0,
                           MAX_LENGTH=8192)
     built = info["samples"]
