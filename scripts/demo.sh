@@ -10,13 +10,14 @@ PY=${PY:-.venv/bin/python}
 OUT=${DEMO_OUT:-demo_output}
 DEMO_MIN=${DEMO_MIN:-0}                 # train task indices searched: [DEMO_MIN, DEMO_MAX)
 DEMO_MAX=${DEMO_MAX:-10}
-DEMO_EVAL_LIMIT=${DEMO_EVAL_LIMIT:-}    # empty = the whole 100-task test split
+DEMO_EVAL_LIMIT=${DEMO_EVAL_LIMIT:-20}  # first N test tasks (empty = the whole 100-task split)
 export TASK=textcraft
 export ITERA=${ITERA:-4} N_GEN=${N_GEN:-4} MAX_DEPTH=${MAX_DEPTH:-12} TEMP=${TEMP:-1.0}
 export MAX_TOKEN_LENGTH=${MAX_TOKEN_LENGTH:-2048}
 export LOGLEVEL=${LOGLEVEL:-WARNING}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-100}   # the tiny model's turns are ~25 tokens
 EVAL_TEMP=${EVAL_TEMP:-0}
+EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-15}   # expert plans of the first test tasks need <= 6
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then make -s setup; fi
 mkdir -p "$OUT"
@@ -53,9 +54,9 @@ echo "== 2/4 revision data (the model verifies its own bad paths) and good data"
 "$PY" path_collection.py export --format xtuner --input "$OUT/mcts_training_data/${TASK}_centric.jsonl" \
     "$OUT/mcts_training_data/${TASK}_good.jsonl" --output "$OUT/xtuner_train.json"
 
-echo "== 3/4 evaluation on the test split (TEMP=$EVAL_TEMP)"
+echo "== 3/4 evaluation on the test split (TEMP=$EVAL_TEMP, ${DEMO_EVAL_LIMIT:-all} tasks, max $EVAL_MAX_STEPS steps)"
 TEMP=$EVAL_TEMP "$PY" eval.py --env_server_base "$URL" --output_dir "$OUT/test_result" \
-    --max_new_tokens "$MAX_NEW_TOKENS" ${DEMO_EVAL_LIMIT:+--limit "$DEMO_EVAL_LIMIT"}
+    --max_new_tokens "$MAX_NEW_TOKENS" --max_steps "$EVAL_MAX_STEPS" ${DEMO_EVAL_LIMIT:+--limit "$DEMO_EVAL_LIMIT"}
 
 echo "== 4/4 what the demo made"
 "$PY" -m scripts.demo_summary "$OUT" --task "$TASK" --model_name "$MODEL_NAME"
