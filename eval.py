@@ -50,8 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 
     task = env_str("TASK", "the environment to evaluate: textcraft, sciworld or webshop")
     model_dir = os.environ.get("MODEL_DIR", "").strip() or None   # None: the bundled model
-    default_name = os.path.basename(os.path.normpath(model_dir)) if model_dir else llm.BUNDLED_MODEL.name
-    model_name = args.model_name or env_str("MODEL_NAME", "the model's name in output paths", default_name)
+    model_name = llm.output_model_name(args.model_name, model_dir)
     cfg = evaluation.EvalConfig(
         task=task,
         model_name=model_name,

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from agent_r import tasks
 from agent_r.config import UsageError, env_float, env_int, env_str, run_cli, setup_logging
 from agent_r.io import atomic_write_json
-from agent_r.llm import DEFAULT_MAX_NEW_TOKENS, make_backend, resolve_model_dir
+from agent_r.llm import DEFAULT_MAX_NEW_TOKENS, make_backend, output_model_name
 from agent_r.manifest import write_manifest
 from agent_r.search import SearchConfig, TreeResult, search_trees
 from agent_r.tree import TreeFormatError, load_tree
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = search_config(rules.name, args)
     server = args.env_server_base or rules.default_server
     model_dir_env = os.environ.get("MODEL_DIR")
-    model_name = args.model_name or os.environ.get("MODEL_NAME") or Path(resolve_model_dir(model_dir_env)).name
+    model_name = output_model_name(args.model_name, model_dir_env)
     if rules.name != "sciworld":
         rules.split_indices("train", args.split_file)  # a bad split file fails before the server check
     check_server(server)

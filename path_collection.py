@@ -175,12 +175,9 @@ def collect(argv: list[str] | None = None) -> int:
     if args.input_dir:
         input_dir = Path(args.input_dir)
     else:
-        name = os.environ.get("MODEL_NAME", "").strip()
-        if not name:
-            from agent_r import llm
+        from agent_r.llm import output_model_name
 
-            name = os.path.basename(os.path.normpath(llm.resolve_model_dir(model_dir)))
-        input_dir = Path("mcts_result") / task / name
+        input_dir = Path("mcts_result") / task / output_model_name(None, model_dir)
     trees = find_trees(input_dir)
     collector = Collector(args, task, cfg, model_dir if cfg.needs_verifier else None)
 

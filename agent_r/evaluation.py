@@ -14,7 +14,6 @@ Why the shape below:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ from tqdm import tqdm
 from agent_r import conversation as conv
 from agent_r.config import UsageError
 from agent_r.io import atomic_write_json, read_json
-from agent_r.llm import Backend, GenerationRequest, SamplingConfig
+from agent_r.llm import Backend, GenerationRequest, SamplingConfig, derive_seed
 from agent_r.manifest import write_manifest
 from agent_r.tasks import TaskRules, get_rules
 
@@ -138,13 +137,6 @@ def is_complete(path: Path) -> bool:
         log.warning("%s lacks result keys; redoing it", path)
         return False
     return data.get("ended_by") != "error"
-
-
-def derive_seed(seed: int, key: str, step: int) -> int:
-    """A per-request seed that depends only on (run seed, task, step), never on
-    which other episodes share the batch."""
-    digest = hashlib.blake2b(f"{seed}:{key}:{step}".encode(), digest_size=4).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
 # ---------------------------------------------------------------------------

@@ -162,6 +162,27 @@ def resolve_model_dir(value: str | None) -> str:
     )
 
 
+def output_model_name(flag: str | None, model_dir: str | None) -> str:
+    """The model's name in output paths: ``--model_name``, else MODEL_NAME, else
+    the last part of MODEL_DIR (the bundled model's name when unset). MODEL_DIR is
+    not resolved here, so an openai served-model name works as well as a path."""
+    name = (flag or "").strip() or os.environ.get("MODEL_NAME", "").strip()
+    if name:
+        return name
+    if model_dir and model_dir.strip():
+        return os.path.basename(os.path.normpath(model_dir.strip()))
+    return BUNDLED_MODEL.name
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit request seed from printable parts (run seed, task, position...):
+    stable across runs and machines (unlike hash()), and independent of what
+    else shares the batch, so per-request-seeded backends give the same output
+    at any concurrency."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
 def _combined_seed(seeds: Sequence[int]) -> int:
     digest = hashlib.sha256(",".join(map(str, seeds)).encode()).digest()
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)

@@ -15,7 +15,6 @@ tie-breaking generator are derived from them, never from batch composition, so
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import random
 import time
@@ -25,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Generator, Optional
 
 from agent_r.conversation import append_turn, clean_observation, initial_conversation, normalise_turn, parse_action, truncate
-from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig
+from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig, derive_seed
 from agent_r.tasks import TaskRules
 from agent_r.tree import EXPLORATION_C, Node
 
@@ -68,13 +67,6 @@ class TreeStats:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed from any printable parts; stable across runs and machines
-    (unlike hash())."""
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def node_position(node: Node) -> tuple[int, ...]:

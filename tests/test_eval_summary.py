@@ -6,6 +6,7 @@ import pytest
 from agent_r import conversation as conv
 from agent_r import evaluation as ev
 from agent_r.config import UsageError
+from agent_r.llm import derive_seed
 from agent_r.tasks import get_rules
 
 
@@ -98,9 +99,9 @@ def test_compare_needs_a_known_task(tmp_path):
 
 
 def test_derive_seed_depends_only_on_seed_task_step():
-    a = ev.derive_seed(0, "12", 3)
-    assert a == ev.derive_seed(0, "12", 3)
-    assert len({a, ev.derive_seed(1, "12", 3), ev.derive_seed(0, "13", 3), ev.derive_seed(0, "12", 4)}) == 4
+    a = derive_seed(0, "12", 3)
+    assert a == derive_seed(0, "12", 3)
+    assert len({a, derive_seed(1, "12", 3), derive_seed(0, "13", 3), derive_seed(0, "12", 4)}) == 4
 
 
 def test_revise_jobs_from_path_collection_rows(tmp_path):

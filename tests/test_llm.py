@@ -268,3 +268,15 @@ def test_table_backend_errors_are_clear(tmp_path):
     nodefault.write_text('{"only this": ["Action: a"]}')
     with pytest.raises(BackendError, match="no default"):
         table_backend(str(nodefault)).generate([GenerationRequest(conversation(0))], SamplingConfig())
+
+
+def test_output_model_name_precedence(monkeypatch):
+    from agent_r.llm import BUNDLED_MODEL, output_model_name
+
+    monkeypatch.delenv("MODEL_NAME", raising=False)
+    assert output_model_name(None, None) == BUNDLED_MODEL.name
+    assert output_model_name(None, "/models/Llama-3.1-8B-Instruct/") == "Llama-3.1-8B-Instruct"
+    assert output_model_name(None, "served-name") == "served-name"  # never resolved: openai names work
+    monkeypatch.setenv("MODEL_NAME", "iter1")
+    assert output_model_name(None, "/models/x") == "iter1"
+    assert output_model_name("flag", "/models/x") == "flag"
