@@ -16,11 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -33,20 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # one thread. Set before torch is imported; subprocesses started by tests inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-BOS, EOS_TEXT, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
-START_HEADER, END_HEADER = "<|start_header_id|>", "<|end_header_id|>"
-PAD = "<|finetune_right_pad_id|>"
-SPECIAL_TOKENS = [BOS, EOS_TEXT, START_HEADER, END_HEADER, EOT, PAD]
-
-# Llama-3 layout: bos, then per message a role header, a blank line, the
-# trimmed content and <|eot_id|>; the generation prompt opens an assistant header.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}"
-    "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
+# One recipe for tiny-model tokenizers: the bundled model's trainer owns it
+# (Llama-3 chat template, special tokens, files in the transformers 4.x form).
+from scripts.train_tiny_model import BOS, EOS_TEXT, EOT, PAD, save_tokenizer, train_tokenizer  # noqa: E402
+from tests.support.env_fixtures import free_port, start_server, stop_server  # noqa: E402,F401
 
 _CORPUS = """You are a helpful assistant.
 Crafting commands:
@@ -76,46 +61,6 @@ The step moves the agent closer to the goal because the item is needed.
 """
 
 
-def _train_tokenizer(texts: list[str]):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=1024,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
-
-
-def _tokenizer_config(tok) -> dict:
-    """A tokenizer_config.json in the 4.x form (also read by 5.x)."""
-    decoder = {
-        str(tok.token_to_id(t)): {
-            "content": t, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": True,
-        }
-        for t in SPECIAL_TOKENS
-    }
-    return {
-        "added_tokens_decoder": decoder,
-        "bos_token": BOS,
-        "eos_token": EOT,
-        "pad_token": PAD,
-        "chat_template": CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": False,
-        "model_input_names": ["input_ids", "attention_mask"],
-        "model_max_length": 4096,
-        "padding_side": "left",
-        "tokenizer_class": "PreTrainedTokenizerFast",
-    }
-
-
 def build_tiny_model(path: str | os.PathLike, seed: int = 0, hidden: int = 64, layers: int = 2,
                      vocab_texts: list[str] | None = None) -> str:
     """Write a random tiny Llama + tokenizer to ``path``; return the path.
@@ -132,11 +77,8 @@ def build_tiny_model(path: str | os.PathLike, seed: int = 0, hidden: int = 64, l
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     texts = [_CORPUS] + list(vocab_texts or [])
-    tok = _train_tokenizer(texts)
-    tok.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(tok), indent=2))
-    (path / "special_tokens_map.json").write_text(json.dumps(
-        {"bos_token": BOS, "eos_token": EOT, "pad_token": PAD}, indent=2))
+    tok = train_tokenizer(texts, vocab_size=1024)
+    save_tokenizer(tok, path)
 
     eot, eos_text = tok.token_to_id(EOT), tok.token_to_id(EOS_TEXT)
     config = LlamaConfig(
@@ -178,12 +120,6 @@ def _add_legacy_config_keys(config_path: Path) -> None:
 
 # ----------------------------------------------------------------------------- servers
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def start_openai_server(model_dir: str | None = None, *extra_args: str,
                         startup_timeout: float = 120.0) -> Iterator[str]:
@@ -191,39 +127,12 @@ def start_openai_server(model_dir: str | None = None, *extra_args: str,
 
     ``extra_args`` go to the server's command line, e.g. ("--fail-rate", "0.2").
     """
-    import requests
-
-    port = free_port()
-    cmd = [sys.executable, "-m", "tests.support.openai_server", "--port", str(port)]
-    if model_dir is not None:
-        cmd += ["--model-dir", model_dir]
-    cmd += list(extra_args)
-    log = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: a full pipe would stall the server
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
+    args = (["--model-dir", model_dir] if model_dir is not None else []) + list(extra_args)
+    proc, url = start_server("tests.support.openai_server", *args, timeout=startup_timeout)
     try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"openai test server exited: {log.read()[-2000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=1).ok:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"openai test server on {url} did not start in {startup_timeout}s")
-            time.sleep(0.2)
         yield f"{url}/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_server(proc)
 
 
 @pytest.fixture(scope="session")
