@@ -53,7 +53,7 @@ class TrainConfig:
     layers: int = 4
     intermediate: int = 512
     max_len: int = 1024          # longer episodes are skipped (the longest depth-3/4 plans)
-    steps: int = 500
+    steps: int = 1000
     batch_size: int = 8
     lr: float = 2e-3
     warmup: int = 20
