@@ -383,7 +383,7 @@ def summarize(results: list[dict], max_score: float) -> dict[str, Any]:
     mean = (lambda xs: sum(xs) / n if n else 0.0)
     return {
         "tasks": n,
-        "score_x100": 100.0 * mean([float(r["env_score"]) / max_score for r in results]),
+        "score_x100": round(100.0 * mean([float(r["env_score"]) / max_score for r in results]), 6),
         "success_rate": mean([1.0 if _success(r, max_score) else 0.0 for r in results]),
         "mean_steps": mean([float(r["step_num"]) for r in results]),
         "step_limit": ended["step_limit"],
