@@ -62,6 +62,15 @@ def write_tree(root: Node, directory: str | Path, idx: int) -> Path:
 
 # ------------------------------------------------------------- named trees
 
+def add_good_path(root: Node) -> Node:
+    """The successful path A-B-C (log, planks, sticks; score 1) most trees
+    share; returns its first step A so a low path can branch off it."""
+    a = add_step(root, "get 1 oak log", "Got 1 oak log")
+    b = add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks")
+    add_step(b, "craft 4 stick using 2 oak planks", "Crafted 4 minecraft:stick", score=1)
+    return a
+
+
 def tree_no_success() -> Node:
     root = make_root()
     add_step(root, "get 1 diamond", "Could not find diamond", score=0)
@@ -71,9 +80,7 @@ def tree_no_success() -> Node:
 
 def tree_one_leaf() -> Node:
     root = make_root()
-    a = add_step(root, "get 1 oak log", "Got 1 oak log")
-    b = add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks")
-    add_step(b, "craft 4 stick using 2 oak planks", "Crafted 4 minecraft:stick", score=1)
+    add_good_path(root)
     return backup(root)
 
 
@@ -88,9 +95,7 @@ def tree_scored(scores: list[float]) -> Node:
 def tree_split_at_root(task: str = TASK) -> Node:
     """Good path A-B-C (score 1); low path X-Y (score 0) shares no step."""
     root = make_root(task)
-    a = add_step(root, "get 1 oak log", "Got 1 oak log")
-    b = add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks")
-    add_step(b, "craft 4 stick using 2 oak planks", "Crafted 4 minecraft:stick", score=1)
+    add_good_path(root)
     x = add_step(root, "get 1 diamond", "Could not find diamond")
     add_step(x, "inventory", "Inventory: ", score=0)
     return backup(root)
@@ -99,9 +104,7 @@ def tree_split_at_root(task: str = TASK) -> Node:
 def tree_shared_prefix() -> Node:
     """Good path A-B-C (score 1); low path A-X-Y (score 0) shares step A."""
     root = make_root()
-    a = add_step(root, "get 1 oak log", "Got 1 oak log")
-    b = add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks")
-    add_step(b, "craft 4 stick using 2 oak planks", "Crafted 4 minecraft:stick", score=1)
+    a = add_good_path(root)
     x = add_step(a, "get 1 diamond", "Could not find diamond")
     add_step(x, "inventory", "Inventory: [oak log] (1)", score=0)
     return backup(root)
@@ -110,9 +113,7 @@ def tree_shared_prefix() -> Node:
 def tree_disaster() -> Node:
     """Good path A-B-C (score 1); low path A-D ends in a disaster (score 0)."""
     root = make_root()
-    a = add_step(root, "get 1 oak log", "Got 1 oak log")
-    b = add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks")
-    add_step(b, "craft 4 stick using 2 oak planks", "Crafted 4 minecraft:stick", score=1)
+    a = add_good_path(root)
     add_step(a, "craft 1 tnt using 1 oak log", "The task failed.", disaster=True)
     return backup(root)
 
