@@ -12,7 +12,6 @@ read the list instead of memorising positions. Test tasks are never used.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import random
 from pathlib import Path

@@ -2,7 +2,6 @@
 the hf backend and plays known TRAIN tasks to success greedily."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 

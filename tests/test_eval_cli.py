@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from agent_r import evaluation as ev
 from agent_r.tasks import get_rules
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,13 +4,12 @@ docs/long-jobs.md; these are the rest."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from agent_r.conversation import clean_observation, parse_action
 from agent_r.io import atomic_write_json, read_json
-from agent_r.tree import Node, load_tree
+from agent_r.tree import load_tree
 from tests.support import tree_fixtures as tf
 from tests.support.faults import SEARCH_DOUBLE, TABLE, files, run_script
 
