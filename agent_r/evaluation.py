@@ -27,11 +27,11 @@ from typing import Any, Callable
 from tqdm import tqdm
 
 from agent_r import conversation as conv
-from agent_r.config import UsageError
+from agent_r.settings import UsageError
 from agent_r.io import atomic_write_json, read_json
 from agent_r.llm import Backend, GenerationRequest, SamplingConfig, derive_seed
 from agent_r.manifest import write_manifest
-from agent_r.tasks import TaskRules, get_rules
+from agent_r.envs import EnvSpec, get_env
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class EvalConfig:
 
     def run_dir(self) -> Path:
         suffix = "_revise" if self.revise_from else ""
-        return Path(self.output_dir) / get_rules(self.task).name / f"{self.model_name}_{self.model_type}{suffix}"
+        return Path(self.output_dir) / get_env(self.task).name / f"{self.model_name}_{self.model_type}{suffix}"
 
 
 @dataclass
@@ -83,7 +83,7 @@ def result_path(run_dir: Path, key: str) -> Path:
     return run_dir / f"{RESULT_PREFIX}{key}.json"
 
 
-def split_jobs(rules: TaskRules, split_file: str | None, limit: int | None) -> list[Job]:
+def split_jobs(rules: EnvSpec, split_file: str | None, limit: int | None) -> list[Job]:
     indices = rules.split_indices("test", split_file)
     if limit is not None:
         indices = indices[:limit]
@@ -154,7 +154,7 @@ def _is_fatal(exc: BaseException) -> bool:
 class Episode:
     """One task's trajectory, advanced a turn at a time by the scheduler."""
 
-    def __init__(self, job: Job, rules: TaskRules, cfg: EvalConfig):
+    def __init__(self, job: Job, rules: EnvSpec, cfg: EvalConfig):
         self.job, self.rules, self.cfg = job, rules, cfg
         self.client = None
         self.attempt = 0
@@ -230,7 +230,7 @@ def _close(client: Any) -> None:
         log.debug("closing env client failed", exc_info=True)
 
 
-def run_episodes(jobs: list[Job], backend: Backend, rules: TaskRules, cfg: EvalConfig,
+def run_episodes(jobs: list[Job], backend: Backend, rules: EnvSpec, cfg: EvalConfig,
                  new_client: Callable[[], Any], on_result: Callable[[dict, Job], None],
                  progress: tqdm | None = None, clients: list | None = None) -> None:
     """Run ``jobs`` with up to ``cfg.concurrency`` live episodes; each round,
@@ -399,7 +399,7 @@ def _success(result: dict, max_score: float) -> bool:
     return float(result["env_score"]) >= max_score  # files written by the reference scripts
 
 
-def summarize_dir(run_dir: str | os.PathLike, rules: TaskRules) -> dict[str, Any]:
+def summarize_dir(run_dir: str | os.PathLike, rules: EnvSpec) -> dict[str, Any]:
     return {"run_dir": str(run_dir), "task": rules.name, **summarize(load_results(run_dir), rules.max_score)}
 
 
@@ -426,21 +426,21 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
                      + [line(name, cells) for name, cells in rows])
 
 
-def rules_for_dir(run_dir: str | os.PathLike, task: str | None) -> TaskRules:
+def rules_for_dir(run_dir: str | os.PathLike, task: str | None) -> EnvSpec:
     """A run's task: from its summary.json, else the parent folder name
     ({output_dir}/{TASK}/{model}), else the TASK the user set."""
     run_dir = Path(run_dir)
     summary = run_dir / SUMMARY_FILE
     if summary.exists():
         try:
-            return get_rules(read_json(summary)["task"])
+            return get_env(read_json(summary)["task"])
         except (ValueError, KeyError, TypeError, UsageError):
             pass
     try:
-        return get_rules(run_dir.resolve().parent.name)
+        return get_env(run_dir.resolve().parent.name)
     except UsageError:
         if task:
-            return get_rules(task)
+            return get_env(task)
         raise UsageError(f"cannot tell which task {run_dir} holds: set TASK=textcraft|sciworld|webshop") from None
 
 
@@ -452,9 +452,9 @@ def compare(run_dirs: list[str], task: str | None = None) -> str:
 # A whole run
 # ---------------------------------------------------------------------------
 
-def plan(cfg: EvalConfig) -> tuple[TaskRules, list[Job], list[Job]]:
+def plan(cfg: EvalConfig) -> tuple[EnvSpec, list[Job], list[Job]]:
     """(rules, all jobs, jobs still to run). Validates TASK, split and revise file."""
-    rules = get_rules(cfg.task)
+    rules = get_env(cfg.task)
     if cfg.limit is not None and cfg.limit < 1:
         raise UsageError(f"--limit must be >= 1 (got {cfg.limit})")
     if cfg.revise_from:
@@ -466,7 +466,7 @@ def plan(cfg: EvalConfig) -> tuple[TaskRules, list[Job], list[Job]]:
     return rules, jobs, todo
 
 
-def run_eval(cfg: EvalConfig, backend: Backend | None, rules: TaskRules, todo: list[Job],
+def run_eval(cfg: EvalConfig, backend: Backend | None, rules: EnvSpec, todo: list[Job],
              new_client: Callable[[], Any] | None = None, clients: list | None = None) -> dict[str, Any]:
     """Run the missing episodes, then write and return the run's summary.
 

@@ -17,7 +17,7 @@ import json
 import random
 from pathlib import Path
 
-from agent_r.config import UsageError
+from agent_r.settings import UsageError
 from agent_r.io import atomic_write_json
 
 ETO_ROLES = {"user": "human", "assistant": "gpt"}

@@ -8,7 +8,7 @@ Selection rule (scripts' ``--backend`` flag, else env var ``BACKEND``):
   vllm      offline vllm.LLM, built once per process
   openai    any OpenAI-compatible endpoint (OPENAI_BASE_URL / OPENAI_API_KEY)
   hf        transformers generate, batched with left padding, CPU or GPU
-  python:MODULE:FACTORY   a user-supplied backend; FACTORY(model_dir, **options)
+  python:MODULE:FACTORY   a user-supplied backend; FACTORY(model_dir, seed=...)
             returns a Backend (used by tests and benchmarks for test doubles)
   default   vllm when it is installed and CUDA is available, else hf.
 """
@@ -19,9 +19,7 @@ import concurrent.futures
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import logging
-import os
 import random
 import re
 import threading
@@ -30,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from agent_r.config import UsageError, env_float, env_int
+from agent_r.settings import DEFAULT_MAX_NEW_TOKENS, BackendSettings, UsageError
 
-DEFAULT_MAX_NEW_TOKENS = 500
 
 
 @dataclass(frozen=True)
@@ -161,18 +158,6 @@ def resolve_model_dir(value: str | None) -> str:
     )
 
 
-def output_model_name(flag: str | None, model_dir: str | None) -> str:
-    """The model's name in output paths: ``--model_name``, else MODEL_NAME, else
-    the last part of MODEL_DIR (the bundled model's name when unset). MODEL_DIR is
-    not resolved here, so an openai served-model name works as well as a path."""
-    name = (flag or "").strip() or os.environ.get("MODEL_NAME", "").strip()
-    if name:
-        return name
-    if model_dir and model_dir.strip():
-        return os.path.basename(os.path.normpath(model_dir.strip()))
-    return BUNDLED_MODEL.name
-
-
 def derive_seed(*parts: Any) -> int:
     """A 31-bit request seed from printable parts (run seed, task, position...):
     stable across runs and machines (unlike hash()), and independent of what
@@ -199,7 +184,7 @@ class VLLMBackend(Backend):
 
     name = "vllm"
 
-    def __init__(self, model_dir: str, dtype: str = "half", tensor_parallel_size: int = 1,
+    def __init__(self, model_dir: str, dtype: str = "auto", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0) -> None:
         super().__init__()
         try:
@@ -354,7 +339,7 @@ class OpenAIBackend(Backend):
 
     def __init__(self, model: str, base_url: str | None, api_key: str | None, max_concurrency: int = 16,
                  max_retries: int = 5, timeout: float = 120, tokenizer: str | None = None,
-                 backoff: float = 0.5) -> None:
+                 backoff: float = 0.5, azure: tuple[str, str | None, str] | None = None) -> None:
         super().__init__()
         import openai
 
@@ -362,12 +347,12 @@ class OpenAIBackend(Backend):
         self.model, self.max_concurrency, self.max_retries = model, max(1, max_concurrency), max(0, max_retries)
         self.timeout, self.backoff = timeout, backoff
         self._secret = api_key or ""
-        azure = os.environ.get("AZURE_OPENAI_ENDPOINT")
-        if azure:
-            self.client = openai.AzureOpenAI(
-                azure_endpoint=azure, api_key=api_key or os.environ.get("AZURE_OPENAI_API_KEY"),
-                api_version=os.environ.get("OPENAI_API_VERSION", "2024-06-01"), max_retries=0, timeout=timeout)
-            self.endpoint = azure
+        if azure:   # (endpoint, key, api version)
+            endpoint, azure_key, version = azure
+            self._secret = azure_key or self._secret
+            self.client = openai.AzureOpenAI(azure_endpoint=endpoint, api_key=azure_key or api_key,
+                                             api_version=version, max_retries=0, timeout=timeout)
+            self.endpoint = endpoint
         else:
             self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout)
             self.endpoint = str(self.client.base_url)
@@ -468,40 +453,39 @@ class OpenAIBackend(Backend):
 
 # ----------------------------------------------------------------------------- selection
 
-def make_backend(kind: str | None, model_dir: str | None, **options: Any) -> Backend:
-    """The backend the selection rule in this module's docstring picks.
-
-    ``model_dir`` is the raw MODEL_DIR value (None -> bundled model). Options a
-    backend's constructor does not take (e.g. ``tensor_parallel_size`` for hf)
-    are dropped, so scripts can pass one option set to every backend; None
-    values mean "use the default".
-    """
-    kind = (kind or os.environ.get("BACKEND") or "").strip()
-    options = {k: v for k, v in options.items() if v is not None}
-    if not kind:
-        kind = "vllm" if _vllm_usable() else "hf"
+def make_backend(settings: BackendSettings, seed: int = 0, max_model_len: int | None = None) -> Backend:
+    """The backend ``settings.backend`` names (module docstring). MODEL_DIR
+    unset means the bundled model. ``max_model_len`` is the engine context the
+    caller needs (its prompt budget + max_new_tokens), used by vllm when
+    ``settings.max_model_len`` is not set."""
+    kind = (settings.backend or "").strip() or ("vllm" if _vllm_usable() else "hf")
     if kind.startswith("python:"):
-        return _user_backend(kind, model_dir, options)
+        return _user_backend(kind, settings, seed)
     if kind == "vllm":
-        return VLLMBackend(resolve_model_dir(model_dir), **_accepted(VLLMBackend, options))
+        return VLLMBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
+                           tensor_parallel_size=settings.tensor_parallel_size,
+                           gpu_memory_utilization=settings.gpu_memory_utilization,
+                           max_model_len=settings.max_model_len or max_model_len, seed=seed)
     if kind == "hf":
-        return HFBackend(resolve_model_dir(model_dir), **_accepted(HFBackend, options))
+        return HFBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
+                         batch_size=settings.hf_batch_size, seed=seed)
     if kind == "openai":
-        model = options.pop("model", None) or os.environ.get("MODEL_NAME") or model_dir
-        if not model:
-            raise UsageError("backend openai needs a model name: set MODEL_NAME (or MODEL_DIR) to the served model.")
-        tokenizer = options.pop("tokenizer", None)
-        if tokenizer is None and model_dir and (Path(model_dir) / "tokenizer_config.json").exists():
-            tokenizer = model_dir
-        base_url = options.pop("base_url", None) or os.environ.get("OPENAI_BASE_URL")
-        api_key = options.pop("api_key", None) or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-
-        options.setdefault("timeout", env_float("OPENAI_TIMEOUT", "seconds one OpenAI request may take", 120.0,
-                                                minimum=0.001))
-        options.setdefault("max_retries", env_int("OPENAI_MAX_RETRIES", "retries of a failed OpenAI request", 5,
-                                                  minimum=0))
-        return OpenAIBackend(model, base_url, api_key, tokenizer=tokenizer, **_accepted(OpenAIBackend, options))
+        return _openai_backend(settings)
     raise UsageError(f"unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)} (flag --backend or env BACKEND).")
+
+
+def _openai_backend(settings: BackendSettings) -> Backend:
+    model = settings.model_name or settings.model_dir
+    if not model:
+        raise UsageError("backend openai needs a model name: set MODEL_NAME (or MODEL_DIR) to the served model.")
+    model_dir = settings.model_dir
+    tokenizer = model_dir if model_dir and (Path(model_dir) / "tokenizer_config.json").exists() else None
+    azure = None
+    if settings.azure_endpoint:
+        azure = (settings.azure_endpoint, settings.azure_api_key, settings.azure_api_version)
+    return OpenAIBackend(model, settings.openai_base_url, settings.openai_api_key or "EMPTY", tokenizer=tokenizer,
+                         timeout=settings.openai_timeout, max_retries=settings.openai_max_retries, azure=azure,
+                         max_concurrency=settings.openai_concurrency)
 
 
 def _vllm_usable() -> bool:
@@ -512,15 +496,7 @@ def _vllm_usable() -> bool:
     return torch.cuda.is_available()
 
 
-def _accepted(cls: type, options: dict[str, Any]) -> dict[str, Any]:
-    params = inspect.signature(cls.__init__).parameters
-    dropped = sorted(set(options) - set(params))
-    if dropped:
-        log.debug("backend %s ignores options %s", cls.name, dropped)
-    return {k: v for k, v in options.items() if k in params}
-
-
-def _user_backend(kind: str, model_dir: str | None, options: dict[str, Any]) -> Backend:
+def _user_backend(kind: str, settings: BackendSettings, seed: int) -> Backend:
     parts = kind.split(":")
     if len(parts) != 3 or not parts[1] or not parts[2]:
         raise UsageError(f"backend {kind!r} must look like python:MODULE:FACTORY, e.g. python:mypkg.backends:make")
@@ -532,7 +508,7 @@ def _user_backend(kind: str, model_dir: str | None, options: dict[str, Any]) -> 
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise UsageError(f"backend {kind!r}: module {module_name!r} has no callable {factory_name!r}")
-    backend = factory(model_dir, **options)
+    backend = factory(settings.model_dir, seed=seed)
     if not isinstance(backend, Backend):
         raise UsageError(f"backend {kind!r}: {factory_name} returned {type(backend).__name__}, not an agent_r.llm.Backend")
     return backend

@@ -18,34 +18,77 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Generator, Optional
 
-from agent_r.conversation import append_turn, clean_observation, initial_conversation, normalise_turn, parse_action, truncate
-from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig, derive_seed
-from agent_r.tasks import TaskRules
-from agent_r.tree import EXPLORATION_C, Node
+from tqdm import tqdm
+
+from agent_r.conversation import append_turn, clean_observation, initial_conversation, normalise_turn, parse_action
+from agent_r.driver import DriverConfig, DriverStats, Outcome, run_jobs
+from agent_r.envs import EnvSpec, get_env
+from agent_r.io import atomic_write_json
+from agent_r.llm import BUNDLED_MODEL, Backend, GenerationRequest, SamplingConfig, derive_seed, make_backend
+from agent_r.manifest import write_manifest
+from agent_r.settings import (BackendSettings, UsageError, concurrency_setting, env_server_setting, manifest_config,
+                              max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
+                              seed_setting, setting, task_setting)
+from agent_r.tree import EXPLORATION_C, Node, TreeFormatError, load_tree
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SearchConfig:
-    max_depth: int = 20             # a child deeper than this is terminal
-    iterations: int = 8             # ITERA
-    n_gen: int = 4                  # samples per expansion (N_GEN)
-    temperature: float = 1.0        # TEMP
-    max_token_length: int = 4096    # prompt budget, see conversation.truncate
-    max_new_tokens: int = 500
-    seed: int = 0
-    c: float = EXPLORATION_C
-    env_retries: int = 2            # restarts of a tree from its root on a fresh env after an env error
-    env_retry_delay: float = 1.0    # seconds before the first restart, doubled for each further one
+@dataclass
+class SearchSettings:
+    """Settings of mcts_collection.py (SPEC section 3); env var names are the reference's."""
+
+    task: str = task_setting("textcraft")
+    max_depth: Optional[int] = setting(None, env="MAX_DEPTH", flag=None, minimum=0,
+                                       help="the depth beyond which a node is terminal (default per task: "
+                                       "textcraft 20, sciworld 30, webshop 10)")
+    iterations: int = setting(8, env="ITERA", flag=None, minimum=1, help="the number of MCTS iterations per tree (default 8)")
+    n_gen: int = setting(4, env="N_GEN", flag=None, minimum=1,
+                         help="the number of model samples per expansion, one request with n=N_GEN (default 4)")
+    temperature: float = setting(1.0, env="TEMP", flag=None, minimum=0.0, help="the sampling temperature (default 1.0)")
+    max_token_length: int = max_token_length_setting("prompt")
+    max_new_tokens: int = max_new_tokens_setting()
+    seed: int = seed_setting()
+    env_server_base: Optional[str] = env_server_setting()
+    min: int = setting(0, help="textcraft/webshop: lowest task index searched; sciworld: first position in the "
+                       "task-number list (default 0)")
+    max: Optional[int] = setting(None, help="textcraft/webshop: task indices < MAX; sciworld: position end in "
+                                 "the task-number list (default: no limit)")
+    task_num: Optional[int] = setting(None, help="sciworld: search only this task number (position in "
+                                      "ScienceWorld's task-name list); default all 23 training task numbers")
+    task_iteration: int = setting(5, minimum=1, help="sciworld: variations per task number, positions 1..N of "
+                                  "its list (default 5)")
+    output_dir: str = setting("mcts_result", help="root of the output tree (default mcts_result)")
+    split_file: Optional[str] = setting(None, help="AgentGym task list to search instead of the bundled train "
+                                        "split (required for webshop)")
+    concurrency: int = concurrency_setting("trees searched")
+    env_retries: int = setting(2, minimum=0, help="restarts of a tree from its root on a fresh env after an env "
+                               "error (default 2)")
+    env_retry_delay: float = setting(1.0, minimum=0.0, help="seconds before the first restart, doubled for each "
+                                     "further one (default 1)")
+    c: float = setting(EXPLORATION_C, flag="--exploration_c", minimum=0.0,
+                       help=f"UCT exploration constant (default {EXPLORATION_C}, the paper's)")
+    backend: BackendSettings = nested(BackendSettings)
+
+    def finish(self) -> None:
+        """Per-environment defaults (MAX_DEPTH) once TASK is known."""
+        spec = get_env(self.task)
+        self.task = spec.name
+        if self.max_depth is None:
+            self.max_depth = spec.max_depth
 
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(temperature=self.temperature, max_new_tokens=self.max_new_tokens)
+
+    def model_name(self) -> str:
+        return resolved_model_name(self.backend, BUNDLED_MODEL.name)
+
+    def out_dir(self) -> Path:
+        return Path(self.output_dir) / self.task / self.model_name()
 
 
 @dataclass
@@ -82,81 +125,70 @@ def request_seed(seed: int, idx: int, node: Node) -> int:
     return derive_seed(seed, idx, "expand", ".".join(map(str, node_position(node))))
 
 
+def select_child(node: Node, c: float, rng: random.Random) -> Optional[Node]:
+    """UCT among non-terminal children, ties broken by ``rng``; None (and the
+    node marked terminal) when every child is terminal (SPEC section 3)."""
+    candidates = [child for child in node.children if not child.is_terminal]
+    if not candidates:
+        node.is_terminal = True
+        return None
+    scores = [child.selection_score(c) for child in candidates]
+    best = max(scores)
+    tied = [child for child, score in zip(candidates, scores) if score == best]
+    return tied[0] if len(tied) == 1 else rng.choice(tied)
+
+
 def selection_rng(seed: int, idx: int) -> random.Random:
     """The tie-breaking generator of one tree."""
     return random.Random(derive_seed(seed, idx, "select"))
 
 
 class TreeSearch:
-    """The search of one task. ``run()`` is a generator: it yields a
-    GenerationRequest (untruncated messages, n = N_GEN, derived seed), expects
-    the list of samples via ``send``, and returns the root when done. The env
-    client is created on the first step and closed when the generator ends or
-    is closed."""
+    """The search of one task, as a driver job (agent_r.driver). ``run(client)``
+    yields a GenerationRequest (untruncated messages, n = N_GEN, derived seed),
+    is sent the samples, and returns the root. After an env error the driver
+    calls ``run`` again on a fresh client: the search starts over from the root
+    and, with a deterministic backend, rebuilds the identical tree (seeds depend
+    only on node positions; the tie-break generator starts over)."""
 
-    def __init__(self, idx: int, rules: TaskRules, make_client: Callable[[], Any], config: SearchConfig):
-        self.idx = idx
-        self.rules = rules
-        self.make_client = make_client
-        self.config = config
-        self.rng = selection_rng(config.seed, idx)
+    def __init__(self, idx: int, spec: EnvSpec, settings: SearchSettings):
+        self.idx, self.key = idx, str(idx)
+        self.spec = spec
+        self.settings = settings
         self.stats = TreeStats()
         self.client: Any = None
-        self.gen: Optional[Generator] = None  # set by the driver: self.run()
+        self._runs = 0
+        self.rng = selection_rng(settings.seed, idx)
         self._at: Optional[list[str]] = None  # actions the client has taken since its last reset
 
-    # ---- the search ----------------------------------------------------
-    def run(self) -> Generator[GenerationRequest, list[str], Node]:
-        """The whole search, restarted from the root on a fresh env client after
-        an env error (a dropped connection, a restarted server that forgot the
-        env), at most ``env_retries`` times. A restart rebuilds the identical
-        tree with a deterministic backend: seeds depend only on node positions
-        and the tie-break generator starts over."""
+    def run(self, client: Any) -> Generator[GenerationRequest, list[str], Node]:
+        if self._runs:
+            self.stats.env_restarts += 1
+        self._runs += 1
         started = time.perf_counter()
         try:
-            for attempt in range(self.config.env_retries + 1):
-                try:
-                    root = yield from self._search()
-                    self._final_stats(root)
-                    return root
-                except _env_errors() as exc:
-                    if attempt == self.config.env_retries:
-                        raise
-                    delay = self.config.env_retry_delay * 2 ** attempt
-                    log.warning("task %s: env error (%s); restarting its search from the root on a fresh env "
-                                "in %.1fs (retry %d/%d)", self.idx, exc, delay, attempt + 1, self.config.env_retries)
-                    self._drop_client()
-                    self.stats.env_restarts += 1
-                    time.sleep(delay)
-            raise AssertionError("unreachable")
+            root = yield from self._search(client)
         finally:
-            self.stats.seconds = time.perf_counter() - started
-            self._drop_client()
+            self.stats.seconds += time.perf_counter() - started
+        self._final_stats(root)
+        return root
 
-    def _search(self) -> Generator[GenerationRequest, list[str], Node]:
-        self.rng = selection_rng(self.config.seed, self.idx)
-        self.client = self.make_client()
+    def _search(self, client: Any) -> Generator[GenerationRequest, list[str], Node]:
+        self.rng = selection_rng(self.settings.seed, self.idx)
+        self.client = client
         root = self._new_root()
-        for _ in range(self.config.iterations):
+        for _ in range(self.settings.iterations):
             if root.is_terminal:
                 break
             self.stats.iterations += 1
             node: Optional[Node] = root
             while node is not None:
                 if not node.children:
-                    seed = request_seed(self.config.seed, self.idx, node)
-                    samples = yield GenerationRequest(messages=node.state, n=self.config.n_gen, seed=seed)
+                    seed = request_seed(self.settings.seed, self.idx, node)
+                    samples = yield GenerationRequest(messages=node.state, n=self.settings.n_gen, seed=seed)
                     self._expand(node, samples)
                 node = self._select(node)
         return root
-
-    def _drop_client(self) -> None:
-        if self.client is not None:
-            try:
-                self.client.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                log.debug("closing env client of task %s failed", self.idx, exc_info=True)
-            self.client = None
 
     def _new_root(self) -> Node:
         self.client.reset(self.idx)
@@ -166,16 +198,7 @@ class TreeSearch:
         return Node(state=state)
 
     def _select(self, node: Node) -> Optional[Node]:
-        """UCT among non-terminal children, seeded random tie-break; None (and
-        the node marked terminal) when every child is terminal."""
-        candidates = [c for c in node.children if not c.is_terminal]
-        if not candidates:
-            node.is_terminal = True
-            return None
-        scores = [c.selection_score(self.config.c) for c in candidates]
-        best = max(scores)
-        tied = [c for c, s in zip(candidates, scores) if s == best]
-        return tied[0] if len(tied) == 1 else self.rng.choice(tied)
+        return select_child(node, self.settings.c, self.rng)
 
     def _expand(self, node: Node, samples: list[str]) -> None:
         if not samples:
@@ -191,15 +214,15 @@ class TreeSearch:
                 turns.append(turn)
         for turn in turns:
             action, out = self._step_from(node, parse_action(turn))
-            score = self.rules.step_score(float(out.reward))
+            score = self.spec.step_score(float(out.reward))
             obs = clean_observation(str(out.state))
             depth = node.depth + 1
             node.add_child(Node(
                 obs=obs,
                 llm_response=turn,
                 depth=depth,
-                is_terminal=bool(out.done) or score.disaster or depth > self.config.max_depth,
-                recent_actions=node.recent_actions + [self.rules.history_entry(action, obs)],
+                is_terminal=bool(out.done) or score.disaster or depth > self.settings.max_depth,
+                recent_actions=node.recent_actions + [self.spec.history_entry(action, obs)],
                 action=action,
                 env_score=score.score,
                 disaster=score.disaster,
@@ -223,7 +246,7 @@ class TreeSearch:
                 self.client.step(past)
                 self.stats.env_steps += 1
         self._at = None
-        prepared = self.rules.prepare_action(self.client, action)
+        prepared = self.spec.prepare_action(self.client, action)
         out = self.client.step(prepared)
         self.stats.env_steps += 1
         self._at = history + [prepared]
@@ -233,26 +256,9 @@ class TreeSearch:
         leaves = [n for n in root.iter_nodes() if n is not root and n.is_terminal and not n.children]
         self.stats.nodes = sum(1 for _ in root.iter_nodes())
         self.stats.leaves = len(leaves)
-        self.stats.successful_leaves = sum(1 for n in leaves if self.rules.is_success(n.env_score))
+        self.stats.successful_leaves = sum(1 for n in leaves if self.spec.is_success(n.env_score))
         self.stats.max_depth = max(n.depth for n in root.iter_nodes())
         self.stats.root_value = float(root.value)
-
-
-def _env_errors() -> tuple[type[BaseException], ...]:
-    """Errors worth a fresh env: the server's (EnvServerError, including an
-    unreachable server) and the HTTP layer's. Programming errors are not."""
-    import requests
-
-    from agentenv_client import EnvServerError
-
-    return (EnvServerError, requests.RequestException)
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    """A tree that failed this way means every other tree will too: stop the run."""
-    from agentenv_client import EnvServerUnreachable
-
-    return isinstance(exc, EnvServerUnreachable)
 
 
 def backpropagate(leaf: Node) -> None:
@@ -266,102 +272,147 @@ def backpropagate(leaf: Node) -> None:
         node = node.parent
 
 
-# ---- the driver ------------------------------------------------------
+# ---- a whole run ------------------------------------------------------
 
 @dataclass
-class TreeResult:
-    idx: int
-    root: Optional[Node]
-    stats: TreeStats
-    error: Optional[BaseException] = None
+class SearchSummary:
+    done: int = 0
+    skipped: int = 0
+    failed: list[int] = field(default_factory=list)
+    leaves: int = 0
+    successful_leaves: int = 0
+    env_steps: int = 0
+    mean_batch: float = 0.0
+    wall_s: float = 0.0
+    backend: dict[str, int] = field(default_factory=dict)
+    out_dir: str = ""
+
+    def line(self) -> str:
+        b = self.backend
+        return (f"trees: {self.done} done, {self.skipped} skipped, {len(self.failed)} failed | "
+                f"leaves {self.leaves} ({self.successful_leaves} successful) | model calls {b.get('calls', 0)}, "
+                f"samples {b.get('samples', 0)}, retries {b.get('retries', 0)} | env steps {self.env_steps} | "
+                f"{self.wall_s:.1f}s -> {self.out_dir}")
 
 
-@dataclass
-class DriverStats:
-    model_calls: int = 0        # backend.generate invocations made by this driver
-    requests: int = 0           # conversations sent (one per expansion)
-    batch_sizes: list[int] = field(default_factory=list)
+def search_trees(indices: list[int], spec: EnvSpec, make_client: Callable[[], Any], backend: Backend,
+                 settings: SearchSettings, on_tree: Callable[[Outcome], None] | None = None) -> DriverStats:
+    """Search every task in ``indices`` with the one batch driver; ``on_tree``
+    gets each tree's Outcome as it ends: ``job`` is its TreeSearch (idx,
+    stats), ``result`` its root, or ``error`` when it failed."""
+    settings.finish()
+    cfg = DriverConfig(settings.sampling(), settings.max_token_length, settings.concurrency,
+                       settings.env_retries, settings.env_retry_delay)
 
-    @property
-    def mean_batch(self) -> float:
-        return self.requests / self.model_calls if self.model_calls else 0.0
+    return run_jobs((TreeSearch(i, spec, settings) for i in indices), backend, make_client, cfg,
+                    on_tree or (lambda outcome: None))
 
 
-def _advance(tree: TreeSearch, value: Optional[list[str]]) -> Any:
-    """One step of a tree: a GenerationRequest, or a finished TreeResult."""
+def select_tasks(spec: EnvSpec, settings: SearchSettings, server: str) -> list[int]:
+    """The training tasks this run covers; test-split tasks are never searched."""
+    if spec.train_split is not None or settings.split_file is not None:
+        spec.split_indices("train", settings.split_file)  # a bad split file fails before the server check
+    check_server(server)
+    chosen, where = spec.search_indices(settings, server)
+    test = set(spec.split_indices("test")) if spec.test_split else set()
+    dropped = [i for i in chosen if i in test]
+    if dropped:
+        log.warning("skipping %d test-split indices (never searched): %s", len(dropped), dropped[:10])
+    chosen = [i for i in chosen if i not in test]
+    if not chosen:
+        raise UsageError(f"no tasks to search: {where} select none; widen --min/--max (or --task_num/--task_iteration)")
+    return chosen
+
+
+def check_server(url: str) -> None:
+    import requests
+
     try:
-        return tree.gen.send(value)
-    except StopIteration as stop:
-        return TreeResult(tree.idx, stop.value, tree.stats)
-    except Exception as exc:  # noqa: BLE001 - a failed tree is reported, the run goes on
-        return TreeResult(tree.idx, None, tree.stats, exc)
+        requests.get(url, timeout=10)
+    except requests.RequestException as exc:
+        raise UsageError(
+            f"cannot reach the env server at {url} ({type(exc).__name__}); start it (see docs/search.md) "
+            "or pass --env_server_base with its URL"
+        ) from None
 
 
-def search_trees(
-    indices: list[int],
-    rules: TaskRules,
-    make_client: Callable[[], Any],
-    backend: Backend,
-    config: SearchConfig,
-    concurrency: int = 8,
-    on_result: Callable[[TreeResult], None] | None = None,
-) -> DriverStats:
-    """Search every task in ``indices``; ``on_result`` gets each finished (or
-    failed) tree in the driver's thread. A backend failure aborts the run (after
-    closing every open client); an env failure fails only its tree, after the
-    tree's restarts from the root; an unreachable server (after those restarts)
-    aborts the run, since every other tree would fail the same way."""
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
-    stats = DriverStats()
-    sampling = config.sampling()
-    queue = deque(indices)
-    live: list[TreeSearch] = []  # started, not finished
-    runnable: list[tuple[TreeSearch, Optional[list[str]]]] = []
+def tree_done(path: Path) -> bool:
+    """A finished tree (resume): a file that loads as a tree. A corrupt one is redone."""
+    if not path.exists():
+        return False
     try:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tree") as pool:
-            while queue or runnable:
-                while queue and len(live) < concurrency:
-                    tree = TreeSearch(queue.popleft(), rules, make_client, config)
-                    tree.gen = tree.run()
-                    live.append(tree)
-                    runnable.append((tree, None))
-                outcomes = list(pool.map(lambda item: _advance(*item), runnable))
-                waiting: list[tuple[TreeSearch, GenerationRequest]] = []
-                fatal: Optional[BaseException] = None
-                for (tree, _), outcome in zip(runnable, outcomes):
-                    if isinstance(outcome, TreeResult):
-                        live.remove(tree)
-                        if on_result is not None:
-                            on_result(outcome)
-                        if outcome.error is not None and _is_fatal(outcome.error):
-                            fatal = outcome.error
-                    else:
-                        waiting.append((tree, outcome))
-                if fatal is not None:
-                    raise fatal
-                runnable = []
-                if waiting:
-                    # Truncation runs here, in one thread: a tokenizer is not
-                    # safe to share across the env worker threads.
-                    requests = [
-                        GenerationRequest(truncate(r.messages, config.max_token_length, backend.count_tokens), r.n, r.seed)
-                        for _, r in waiting
-                    ]
-                    outputs = backend.generate(requests, sampling)
-                    if len(outputs) != len(requests):
-                        raise BackendError(f"backend {backend.name} answered {len(outputs)} of {len(requests)} requests")
-                    stats.model_calls += 1
-                    stats.requests += len(requests)
-                    stats.batch_sizes.append(len(requests))
-                    runnable = [(tree, list(out)) for (tree, _), out in zip(waiting, outputs)]
+        load_tree(path)
+        return True
+    except TreeFormatError as exc:
+        log.warning("redoing %s: %s", path.name, exc)
+        return False
+
+
+def collect_trees(settings: SearchSettings, backend: Backend | None = None) -> SearchSummary:
+    """The whole of mcts_collection.py: select tasks, skip finished trees,
+    search the rest, write each tree atomically as it ends, keep the manifest
+    current, and return the summary. ``backend`` overrides the settings' one
+    (library use); a backend made here is closed here."""
+    settings.finish()
+    spec, server = get_env(settings.task), settings.env_server_base or get_env(settings.task).default_server
+    indices = select_tasks(spec, settings, server)
+    out_dir = settings.out_dir()
+    todo = [i for i in indices if not tree_done(out_dir / f"search_results_{i}.json")]
+    log.info("%d tasks selected, %d already searched, %d to search", len(indices), len(indices) - len(todo), len(todo))
+    summary = SearchSummary(skipped=len(indices) - len(todo), out_dir=str(out_dir))
+    if not todo:
+        return summary
+    own = backend is None
+    if own:
+        backend = make_backend(settings.backend, seed=settings.seed,
+                               max_model_len=settings.max_token_length + settings.max_new_tokens)
+    try:
+        _SearchRun(settings, spec, server, backend, summary, len(indices)).run(todo)
     finally:
-        # After the pool has shut down (it waits for running env work, also on
-        # Ctrl-C), no generator is executing, so closing each one runs its
-        # finally and frees its remote env.
-        for tree in live:
-            try:
-                tree.gen.close()
-            except Exception:  # noqa: BLE001 - one tree's cleanup must not stop the others'
-                log.warning("task %s: could not stop its search cleanly", tree.idx, exc_info=True)
-    return stats
+        if own:
+            backend.close()
+    return summary
+
+
+class _SearchRun:
+    """Bookkeeping of one collect_trees call: tree files, manifest, progress."""
+
+    def __init__(self, settings: SearchSettings, spec: EnvSpec, server: str, backend: Backend,
+                 summary: SearchSummary, selected: int):
+        self.settings, self.spec, self.server, self.backend, self.summary = settings, spec, server, backend, summary
+        self.out_dir = Path(summary.out_dir)
+        self.config = {**manifest_config(settings), "env_server_base": server, "model_name": settings.model_name(),
+                       "indices": selected}
+        self.items: dict[str, dict] = {}
+        self.started = time.time()
+
+    def run(self, todo: list[int]) -> None:
+        make_client = lambda: self.spec.make_client(self.server, instruction_file=self.settings.backend.instruction_file)  # noqa: E731
+        with tqdm(total=len(todo), desc=f"mcts {self.spec.name}", unit="tree") as self.progress:
+            stats = search_trees(todo, self.spec, make_client, self.backend, self.settings, self.on_tree)
+        self.summary.mean_batch = round(stats.mean_batch, 2)
+        self.write_manifest(time.time())
+
+    def on_tree(self, outcome: Outcome) -> None:
+        tree, root, error = outcome.job, outcome.result, outcome.error
+        stats = tree.stats.as_dict()
+        if error is not None:
+            self.summary.failed.append(tree.idx)
+            log.error("task %s failed: %s", tree.idx, error)
+            self.items[tree.key] = {**stats, "error": str(error)}
+        else:
+            atomic_write_json(self.out_dir / f"search_results_{tree.idx}.json", root.to_dict(), indent=2)
+            self.summary.done += 1
+            self.summary.leaves += tree.stats.leaves
+            self.summary.successful_leaves += tree.stats.successful_leaves
+            self.items[tree.key] = stats
+        self.summary.env_steps += tree.stats.env_steps
+        self.write_manifest(None)
+        self.progress.update(1)
+
+    def write_manifest(self, finished: float | None) -> None:
+        self.summary.wall_s = round(time.time() - self.started, 2)
+        self.summary.backend = self.backend.stats.as_dict()
+        stats = {**asdict(self.summary), "failed": len(self.summary.failed)}
+        write_manifest(self.out_dir / "manifest.json", self.config, self.backend, stats, self.started, finished,
+                       self.items)

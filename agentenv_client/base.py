@@ -17,13 +17,18 @@ from typing import Any
 
 import requests
 
-from agent_r.config import UsageError
-
 log = logging.getLogger(__name__)
 
 INSTRUCTION_DIR = Path(__file__).resolve().parent / "instructions"
 CONNECT_TIMEOUT = 5.0
 BACKOFF_START, BACKOFF_MAX = 0.1, 2.0
+
+
+class EnvClientUsageError(ValueError):
+    """A client was given something unusable (a bad server address, a missing
+    instruction file): the caller's mistake, shown as one line by scripts."""
+
+    user_facing = True
 
 
 class EnvServerError(RuntimeError):
@@ -52,17 +57,17 @@ class StepOutput:
 
 
 def load_instruction(env_name: str, instruction_file: str | None = None) -> str:
-    """Our bundled instruction text, or the user's file (argument, else the env
-    var AGENTENV_INSTRUCTION_FILE) so models trained on other prompts keep theirs."""
-    path = instruction_file or os.environ.get("AGENTENV_INSTRUCTION_FILE") or None
+    """Our bundled instruction text, or the user's file, so models trained on
+    other prompts keep theirs (scripts pass AGENTENV_INSTRUCTION_FILE here)."""
+    path = instruction_file or None
     if path is None:
         return (INSTRUCTION_DIR / f"{env_name}.txt").read_text(encoding="utf-8").strip()
     if not os.path.isfile(path):
-        raise UsageError(f"instruction file {path} does not exist; fix the path given as instruction_file "
-                         "or in AGENTENV_INSTRUCTION_FILE, or unset it to use the bundled instruction")
+        raise EnvClientUsageError(f"instruction file {path} does not exist; fix the path given as instruction_file "
+                                  "or in AGENTENV_INSTRUCTION_FILE, or unset it to use the bundled instruction")
     text = Path(path).read_text(encoding="utf-8").strip()
     if not text:
-        raise UsageError(f"instruction file {path} is empty; write the instruction text into it")
+        raise EnvClientUsageError(f"instruction file {path} is empty; write the instruction text into it")
     return text
 
 
@@ -76,7 +81,7 @@ class BaseEnvClient:
     def __init__(self, env_server_base: str, data_len: int, timeout: float = 60.0, max_retries: int = 5,
                  instruction_file: str | None = None):
         if not env_server_base or not env_server_base.startswith(("http://", "https://")):
-            raise UsageError(f"env server address {env_server_base!r} must start with http:// or https://, "
+            raise EnvClientUsageError(f"env server address {env_server_base!r} must start with http:// or https://, "
                              f"e.g. http://127.0.0.1:36001")
         self.env_server_base = env_server_base.rstrip("/")
         self.data_len = data_len

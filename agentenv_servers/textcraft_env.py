@@ -228,18 +228,23 @@ class RecipeBook:
 
     def _make_task(self, k: int) -> tuple[str, list[str]]:
         goal = self.goals[k]
-        rng = random.Random(k)
-        own = sorted({r.text for r in self.recipe_closure(goal)})
-        ingredients = sorted({i.name for r in self.recipe_closure(goal) for i in r.inputs})
+        return goal, self.draw_lines(goal, random.Random(k))
+
+    def draw_lines(self, goal: str, rng: random.Random, vary_count: bool = False) -> list[str]:
+        """The recipe lines shown for ``goal``: its own recipes plus distractors
+        that use the same ingredients, shuffled. ``vary_count`` draws between
+        half and all of MAX_DISTRACTORS (expert-data variants of a task)."""
+        closure = self.recipe_closure(goal)
+        own = sorted({r.text for r in closure})
         pool: set[str] = set()
-        for name in ingredients:
+        for name in sorted({i.name for r in closure for i in r.inputs}):
             uses = sorted(set(self._uses.get(name, [])))
             pool.update(rng.sample(uses, min(len(uses), USES_PER_INGREDIENT)))
         pool.difference_update(own)
-        distractors = rng.sample(sorted(pool), min(len(pool), MAX_DISTRACTORS))
-        lines = own + distractors
+        count = rng.randint(MAX_DISTRACTORS // 2, MAX_DISTRACTORS) if vary_count else MAX_DISTRACTORS
+        lines = own + rng.sample(sorted(pool), min(len(pool), count))
         rng.shuffle(lines)
-        return goal, lines
+        return lines
 
 
 @functools.lru_cache(maxsize=4)

@@ -26,9 +26,9 @@ from typing import Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_r import tasks  # noqa: E402
+from agent_r import envs  # noqa: E402
 from agent_r.llm import GenerationRequest, SamplingConfig  # noqa: E402
-from agent_r.search import SearchConfig, search_trees  # noqa: E402
+from agent_r.search import SearchSettings, search_trees  # noqa: E402
 from tests.support.doubles import LatencyModelBackend  # noqa: E402
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402
 from tests.support.search_doubles import seeded_textcraft_policy  # noqa: E402
@@ -55,28 +55,26 @@ class OneSamplePerCallLatencyDouble(LatencyModelBackend):
         return out
 
 
-def run(mode: str, indices: list[int], server: str, cfg: SearchConfig, concurrency: int, per_call: float,
-        per_token: float) -> dict:
-    rules = tasks.get_rules("textcraft")
+def run(mode: str, indices: list[int], server: str, cfg: SearchSettings, per_call: float, per_token: float) -> dict:
+    rules = envs.get_env("textcraft")
     if mode == "reference":
         backend = OneSamplePerCallLatencyDouble(seeded_textcraft_policy, per_call, per_token)
     else:
         backend = LatencyModelBackend(seeded_textcraft_policy, per_call, per_token)
     results = []
     started = time.perf_counter()
-    driver = search_trees(indices, rules, lambda: rules.make_client(server), backend, cfg,
-                          concurrency=concurrency, on_result=results.append)
+    driver = search_trees(indices, rules, lambda: rules.make_client(server), backend, cfg, on_tree=results.append)
     wall = time.perf_counter() - started
-    failed = [r.idx for r in results if r.error is not None]
+    failed = [r.job.idx for r in results if r.error is not None]
     if failed:
         raise SystemExit(f"{mode}: trees failed: {failed}")
     n = len(results)
     return {
-        "mode": mode, "concurrency": concurrency, "trees": n, "wall_s": wall, "trees_per_hour": n / wall * 3600,
+        "mode": mode, "concurrency": cfg.concurrency, "trees": n, "wall_s": wall, "trees_per_hour": n / wall * 3600,
         "calls_per_tree": backend.stats.calls / n, "mean_batch": backend.stats.requests / backend.stats.calls,
-        "env_steps_per_tree": sum(r.stats.env_steps for r in results) / n,
+        "env_steps_per_tree": sum(r.job.stats.env_steps for r in results) / n,
         "samples_per_tree": backend.stats.samples / n,
-        "trees_json": {r.idx: json.dumps(r.root.to_dict()) for r in results},
+        "trees_json": {r.job.idx: json.dumps(r.result.to_dict()) for r in results},
         "driver_calls": driver.model_calls,
     }
 
@@ -98,10 +96,11 @@ def main() -> None:
     if server is None:
         proc, server = start_server("agentenv_servers.textcraft")
     try:
-        indices = tasks.get_rules("textcraft").split_indices("train")[: args.tasks]
-        cfg = SearchConfig(max_depth=args.max_depth, iterations=args.itera, n_gen=args.n_gen)
-        ref = run("reference", indices, server, cfg, 1, args.per_call, args.per_token)
-        bat = run("batched", indices, server, cfg, args.concurrency, args.per_call, args.per_token)
+        indices = envs.get_env("textcraft").split_indices("train")[: args.tasks]
+        cfg = dict(max_depth=args.max_depth, iterations=args.itera, n_gen=args.n_gen)
+        ref = run("reference", indices, server, SearchSettings(concurrency=1, **cfg), args.per_call, args.per_token)
+        bat = run("batched", indices, server, SearchSettings(concurrency=args.concurrency, **cfg), args.per_call,
+                  args.per_token)
     finally:
         if proc is not None:
             stop_server(proc)

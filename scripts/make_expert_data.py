@@ -1,6 +1,6 @@
 """Expert TextCraft trajectories on the TRAIN split, in our conversation format.
 
-Each train task is played by the rule-based expert (agent_r/textcraft_expert.py)
+Each train task is played by the rule-based expert (agentenv_servers/textcraft_expert.py)
 in the in-process game; the conversation is built exactly as the search and
 evaluation build it (instruction, "Ok.", observation, then Thought/Action turns
 and the cleaned observations). Variants > 0 of a task show the same goal with
@@ -14,56 +14,29 @@ from __future__ import annotations
 import argparse
 import logging
 import random
-from pathlib import Path
 
 from tqdm import tqdm
 
-from agent_r.config import UsageError, run_cli, setup_logging
+from agent_r.settings import UsageError, run_cli, setup_logging
 from agent_r.conversation import append_turn, initial_conversation
 from agent_r.io import atomic_write_jsonl
-from agent_r.tasks import get_rules
-from agent_r.textcraft_expert import UnsolvableTask, solve
-from agentenv_servers.textcraft_env import (MAX_DISTRACTORS, USES_PER_INGREDIENT, RecipeBook, TextCraftGame,
-                                            item_text, load_recipe_book)
+from agent_r.envs import get_env
+from agentenv_client import load_instruction
+from agentenv_servers.textcraft_env import RecipeBook, TextCraftGame, item_text, load_recipe_book
+from agentenv_servers.textcraft_expert import UnsolvableTask, solve
 
-ROOT = Path(__file__).resolve().parents[1]
-INSTRUCTION_FILE = ROOT / "agentenv_client" / "instructions" / "textcraft.txt"
 log = logging.getLogger("make_expert_data")
 
 
-def load_instruction(path: Path = INSTRUCTION_FILE) -> str:
-    """The TextCraft instruction the clients send as message 1 (must match at eval time)."""
-    if not path.exists():
-        raise UsageError(f"instruction file {path} is missing; it ships with agentenv_client")
-    return path.read_text(encoding="utf-8").strip()
-
-
 def train_indices() -> list[int]:
-    """Bundled train split; before it exists, the same rule (test = i % 5 == 0, i < 500)."""
-    rules = get_rules("textcraft")
-    try:
-        return rules.split_indices("train")
-    except UsageError:
-        return [i for i in range(rules.data_len) if not (i < 500 and i % 5 == 0)]
+    """The bundled TextCraft train split (test tasks are never used)."""
+    return get_env("textcraft").split_indices("train")
 
 
 def variant_game(book: RecipeBook, idx: int, rng: random.Random) -> TextCraftGame:
     """Task ``idx``'s goal with a fresh draw of distractors and a fresh order."""
     goal = book.task(idx)[0]
-    closure = book.recipe_closure(goal)
-    own = sorted({r.text for r in closure})
-    uses: dict[str, set[str]] = {}
-    for recipe in book.all_recipes():
-        for ing in recipe.inputs:
-            uses.setdefault(ing.name, set()).add(recipe.text)
-    pool: set[str] = set()
-    for name in sorted({i.name for r in closure for i in r.inputs}):
-        candidates = sorted(uses.get(name, ()))
-        pool.update(rng.sample(candidates, min(len(candidates), USES_PER_INGREDIENT)))
-    pool.difference_update(own)
-    lines = own + rng.sample(sorted(pool), min(len(pool), rng.randint(MAX_DISTRACTORS // 2, MAX_DISTRACTORS)))
-    rng.shuffle(lines)
-    return TextCraftGame(idx, book=book, commands="\n".join(lines), goal=goal)
+    return TextCraftGame(idx, book=book, commands="\n".join(book.draw_lines(goal, rng, vary_count=True)), goal=goal)
 
 
 def expert_conversation(game: TextCraftGame, instruction: str) -> list[dict] | None:
@@ -111,7 +84,7 @@ def main() -> int:
     if args.variants < 1:
         raise UsageError(f"--variants {args.variants}: must be >= 1")
     indices = train_indices()[: args.limit]
-    rows, problems = make_rows(indices, args.variants, args.seed, load_instruction())
+    rows, problems = make_rows(indices, args.variants, args.seed, load_instruction("textcraft"))
     for p in problems:
         log.warning("skipped %s", p)
     atomic_write_jsonl(args.out, rows)

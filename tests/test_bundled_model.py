@@ -7,9 +7,9 @@ import pytest
 
 from agent_r.conversation import append_turn, initial_conversation, parse_action
 from agent_r.llm import BUNDLED_MODEL, GenerationRequest, HFBackend, SamplingConfig
-from agent_r.tasks import get_rules
+from agent_r.envs import get_env
 from agentenv_servers.textcraft_env import TextCraftGame
-from scripts.make_expert_data import load_instruction
+from agentenv_client import load_instruction
 
 # Train tasks the shipped model solves greedily (checked when it was trained).
 SOLVED_TRAIN_TASKS = [1, 3]
@@ -31,8 +31,8 @@ def test_shipped_model_files_are_small_and_loadable():
 
 
 def test_shipped_model_solves_known_train_tasks_greedily(backend):
-    train = set(get_rules("textcraft").split_indices("train"))
-    instruction = load_instruction()
+    train = set(get_env("textcraft").split_indices("train"))
+    instruction = load_instruction("textcraft")
     for idx in SOLVED_TRAIN_TASKS:
         assert idx in train
         game = TextCraftGame(idx)

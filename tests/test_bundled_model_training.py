@@ -4,14 +4,15 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agent_r.conversation import append_turn, initial_conversation
 from agentenv_servers.textcraft_env import TextCraftGame
-from agent_r.textcraft_expert import solve
-from scripts.make_expert_data import expert_conversation, load_instruction, train_indices
+from agentenv_servers.textcraft_expert import solve
+from agentenv_client import load_instruction
+from scripts.make_expert_data import expert_conversation, train_indices
 from scripts.train_tiny_model import (EOT, PAD, batch_loss, collate, common_prefix_len, encode, render,
                                       train_tokenizer)
 
 
 def conversations(indices):
-    return [expert_conversation(TextCraftGame(i), load_instruction()) for i in indices]
+    return [expert_conversation(TextCraftGame(i), load_instruction("textcraft")) for i in indices]
 
 
 def test_expert_conversations_use_train_tasks_and_our_layout():
@@ -19,7 +20,7 @@ def test_expert_conversations_use_train_tasks_and_our_layout():
     assert len(train) == 444 and not any(i < 500 and i % 5 == 0 for i in train)
     msgs = conversations([131])[0]
     game = TextCraftGame(131)
-    expected = initial_conversation(load_instruction(), game.observation)
+    expected = initial_conversation(load_instruction("textcraft"), game.observation)
     for step in solve(game.observation).steps:
         expected = append_turn(expected, step.turn(), game.step(step.action)[0])
     assert [{"role": m["role"], "content": m["content"]} for m in msgs] == expected

@@ -6,8 +6,10 @@ import math
 import pytest
 import requests
 
-from agent_r.config import UsageError
-from agentenv_client import EnvServerError, EnvServerUnreachable, StepOutput, TextCraftEnvClient
+from agent_r.envs import get_env
+from agent_r.search import SearchSettings
+from agent_r.settings import UsageError, parse
+from agentenv_client import EnvClientUsageError, EnvServerError, EnvServerUnreachable, StepOutput, TextCraftEnvClient
 from agentenv_client.textcraft import clean_action
 from agentenv_servers.textcraft_env import TextCraftGame, item_text, load_recipe_book
 from tests.support.env_fixtures import rss_kib, start_server, stop_server
@@ -144,12 +146,13 @@ def test_conversation_start_and_instruction_override(textcraft_server, tmp_path,
     custom.write_text("My own TextCraft prompt.\n")
     with TextCraftEnvClient(textcraft_server, 544, instruction_file=str(custom)) as env:
         assert env.instruction == "My own TextCraft prompt."
-    monkeypatch.setenv("AGENTENV_INSTRUCTION_FILE", str(custom))
-    with TextCraftEnvClient(textcraft_server, 544) as env:
+    # scripts take the file from AGENTENV_INSTRUCTION_FILE through their settings
+    settings = parse(SearchSettings, [], {"AGENTENV_INSTRUCTION_FILE": str(custom)})
+    spec = get_env("textcraft")
+    with spec.make_client(textcraft_server, instruction_file=settings.backend.instruction_file) as env:
         assert env.conversation_start[0]["value"] == "My own TextCraft prompt."
-    monkeypatch.setenv("AGENTENV_INSTRUCTION_FILE", str(tmp_path / "missing.txt"))
-    with pytest.raises(UsageError, match="missing.txt does not exist"):
-        TextCraftEnvClient(textcraft_server, 544)
+    with pytest.raises(EnvClientUsageError, match="missing.txt does not exist"):
+        TextCraftEnvClient(textcraft_server, 544, instruction_file=str(tmp_path / "missing.txt"))
 
 
 def test_server_errors_surface_with_the_server_message(textcraft_server):

@@ -1,7 +1,7 @@
 """The rule-based TextCraft expert against our in-process TextCraft game."""
 import pytest
 
-from agent_r.textcraft_expert import UnsolvableTask, parse_observation, solve
+from agentenv_servers.textcraft_expert import UnsolvableTask, parse_observation, solve
 from agentenv_servers.textcraft_env import TextCraftGame, load_recipe_book
 
 # Task indices the expert cannot solve, with the reason. Asserted exactly: a

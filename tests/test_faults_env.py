@@ -168,12 +168,12 @@ def test_servers_bind_loopback_unless_told_otherwise():
 def search_with_flaky_clients(server: str, fail_on_steps: list[int | None], retries: int = 2):
     """Search task 1; the k-th client made raises an env error on its
     ``fail_on_steps[k]``-th step (None: never; clients past the list: never)."""
-    from agent_r import tasks
-    from agent_r.search import SearchConfig, search_trees
+    from agent_r import envs
+    from agent_r.search import SearchSettings, search_trees
     from agentenv_client import EnvServerError
     from tests.support.search_doubles import SeededTextCraftDouble
 
-    rules = tasks.get_rules("textcraft")
+    rules = envs.get_env("textcraft")
     made = []
 
     def make_client():
@@ -192,8 +192,8 @@ def search_with_flaky_clients(server: str, fail_on_steps: list[int | None], retr
         return client
 
     results = []
-    cfg = SearchConfig(max_depth=3, iterations=3, n_gen=3, env_retries=retries, env_retry_delay=0.0)
-    search_trees([1], rules, make_client, SeededTextCraftDouble(), cfg, concurrency=1, on_result=results.append)
+    cfg = SearchSettings(max_depth=3, iterations=3, n_gen=3, env_retries=retries, env_retry_delay=0.0, concurrency=1)
+    search_trees([1], rules, make_client, SeededTextCraftDouble(), cfg, on_tree=results.append)
     return results[0], made
 
 
@@ -201,12 +201,12 @@ def test_tree_restarted_from_root_equals_the_undisturbed_tree(textcraft_server):
     clean, _ = search_with_flaky_clients(textcraft_server, [])
     flaky, made = search_with_flaky_clients(textcraft_server, [5, 2])
     assert clean.error is None and flaky.error is None
-    assert flaky.stats.env_restarts == 2 and len(made) == 3
-    assert json.dumps(flaky.root.to_dict()) == json.dumps(clean.root.to_dict())
+    assert flaky.job.stats.env_restarts == 2 and len(made) == 3
+    assert json.dumps(flaky.result.to_dict()) == json.dumps(clean.result.to_dict())
     assert all(c._closed for c in made)          # the failed clients were closed too
 
 
 def test_tree_fails_after_the_bounded_restarts(textcraft_server):
     res, made = search_with_flaky_clients(textcraft_server, [1, 1, 1, 1], retries=2)
-    assert res.root is None and "injected" in str(res.error)
-    assert res.stats.env_restarts == 2 and len(made) == 3 and all(c._closed for c in made)
+    assert res.result is None and "injected" in str(res.error)
+    assert res.job.stats.env_restarts == 2 and len(made) == 3 and all(c._closed for c in made)

@@ -11,7 +11,7 @@ import requests
 from transformers import AutoTokenizer
 
 from agent_r import llm
-from agent_r.config import UsageError
+from agent_r.settings import BackendSettings, UsageError, manifest_config, parse
 from agent_r.llm import (BackendError, GenerationRequest, HFBackend, OpenAIBackend, SamplingConfig, make_backend,
                          resolve_model_dir)
 from tests.support.doubles import LatencyModelBackend, ScriptedBackend, table_backend
@@ -178,42 +178,46 @@ def test_openai_count_tokens_approximation_without_tokenizer():
 
 # ----------------------------------------------------------------------------- selection
 
-def test_make_backend_reads_openai_env(monkeypatch, openai_server, tiny_model_dir, hf):
-    monkeypatch.setenv("BACKEND", "openai")
-    monkeypatch.setenv("OPENAI_BASE_URL", openai_server)
-    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    monkeypatch.setenv("MODEL_NAME", "tiny-served")
-    backend = make_backend(None, tiny_model_dir, seed=3, tensor_parallel_size=2, max_concurrency=2)
+def backend_settings(**environ) -> BackendSettings:
+    return parse(BackendSettings, argv=[], environ=environ)
+
+
+def test_make_backend_reads_openai_env(openai_server, tiny_model_dir, hf):
+    settings = backend_settings(BACKEND="openai", OPENAI_BASE_URL=openai_server, OPENAI_API_KEY=SECRET,
+                                MODEL_NAME="tiny-served", MODEL_DIR=tiny_model_dir, OPENAI_CONCURRENCY="2")
+    backend = make_backend(settings, seed=3)
     assert isinstance(backend, OpenAIBackend)
     assert backend.describe()["model"] == "tiny-served" and backend.max_concurrency == 2
+    assert SECRET not in json.dumps(manifest_config(settings))
     assert backend.count_tokens(conversation(0)) == hf.count_tokens(conversation(0))  # tokenizer from MODEL_DIR
     assert backend.generate([GenerationRequest(conversation(0))], GREEDY) == hf.generate(
         [GenerationRequest(conversation(0))], GREEDY)
 
 
 def test_make_backend_hf_default_and_user_factory(monkeypatch, tiny_model_dir, policy_file):
-    monkeypatch.delenv("BACKEND", raising=False)
     monkeypatch.setattr(llm, "_vllm_usable", lambda: False)
-    assert isinstance(make_backend(None, tiny_model_dir, batch_size=2, seed=1), HFBackend)
-    user = make_backend("python:tests.support.doubles:table_backend", policy_file, seed=1)
+    hf = make_backend(BackendSettings(model_dir=tiny_model_dir, hf_batch_size=2), seed=1)
+    assert isinstance(hf, HFBackend) and hf.batch_size == 2
+    user = make_backend(BackendSettings(backend="python:tests.support.doubles:table_backend", model_dir=policy_file),
+                        seed=1)
     assert isinstance(user, ScriptedBackend)
     assert user.generate([GenerationRequest(conversation(5), n=2)], GREEDY) == [["Action: inventory", "Action: wait"]]
 
 
 def test_make_backend_unknown_kind_lists_choices(tiny_model_dir):
     with pytest.raises(UsageError) as err:
-        make_backend("vlm", tiny_model_dir)
+        make_backend(BackendSettings(backend="vlm", model_dir=tiny_model_dir))
     msg = str(err.value)
     assert "'vlm'" in msg and all(k in msg for k in ("vllm", "openai", "hf", "python:MODULE:FACTORY"))
     for bad in ("python:nope", "python:tests.support.no_such_module:f", "python:tests.support.doubles:missing"):
         with pytest.raises(UsageError):
-            make_backend(bad, tiny_model_dir)
+            make_backend(BackendSettings(backend=bad, model_dir=tiny_model_dir))
 
 
 def test_vllm_missing_gives_install_hint(monkeypatch, tiny_model_dir):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail as when not installed
     with pytest.raises(BackendError) as err:
-        make_backend("vllm", tiny_model_dir)
+        make_backend(BackendSettings(backend="vllm", model_dir=tiny_model_dir))
     assert "pip install vllm" in str(err.value) and "--backend hf" in str(err.value)
     assert err.value.user_facing
 
@@ -270,13 +274,13 @@ def test_table_backend_errors_are_clear(tmp_path):
         table_backend(str(nodefault)).generate([GenerationRequest(conversation(0))], SamplingConfig())
 
 
-def test_output_model_name_precedence(monkeypatch):
-    from agent_r.llm import BUNDLED_MODEL, output_model_name
+def test_model_name_precedence():
+    from agent_r.llm import BUNDLED_MODEL
+    from agent_r.search import SearchSettings
 
-    monkeypatch.delenv("MODEL_NAME", raising=False)
-    assert output_model_name(None, None) == BUNDLED_MODEL.name
-    assert output_model_name(None, "/models/Llama-3.1-8B-Instruct/") == "Llama-3.1-8B-Instruct"
-    assert output_model_name(None, "served-name") == "served-name"  # never resolved: openai names work
-    monkeypatch.setenv("MODEL_NAME", "iter1")
-    assert output_model_name(None, "/models/x") == "iter1"
-    assert output_model_name("flag", "/models/x") == "flag"
+    name = lambda argv=(), **env: parse(SearchSettings, list(argv), env).model_name()  # noqa: E731
+    assert name() == BUNDLED_MODEL.name
+    assert name(MODEL_DIR="/models/Llama-3.1-8B-Instruct/") == "Llama-3.1-8B-Instruct"
+    assert name(MODEL_DIR="served-name") == "served-name"  # never resolved: openai names work
+    assert name(MODEL_DIR="/models/x", MODEL_NAME="iter1") == "iter1"
+    assert name(["--model_name", "flag"], MODEL_DIR="/models/x", MODEL_NAME="iter1") == "flag"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_r import tasks
+from agent_r import envs
 from agent_r.tree import NODE_KEYS, Node, leaf_paths, load_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +52,7 @@ def check_tree(path: Path, max_depth: int, server: str) -> Node:
             assert node.is_terminal == all(c.is_terminal for c in node.children)
             assert node.visits == sum(c.visits for c in node.children)
     # recent_actions replay: reset + the stored actions reproduce every stored observation
-    rules = tasks.get_rules("textcraft")
+    rules = envs.get_env("textcraft")
     with rules.make_client(server) as client:
         for leaf in leaves:
             client.reset(int(path.stem.rsplit("_", 1)[1]))
@@ -148,7 +148,7 @@ def test_failed_task_is_counted_and_exit_code_is_nonzero(tmp_path, textcraft_ser
     ({"ITERA": "0"}, [], "ITERA=0 is too small: it is the number of MCTS iterations per tree"),
     ({"TEMP": "hot"}, [], "TEMP='hot' is not a number: it is the sampling temperature"),
     ({}, ["--min", "600"], "no tasks to search: indices in [600, end) of the 444 train tasks select none"),
-    ({}, ["--concurrency", "0"], "--concurrency must be >= 1"),
+    ({}, ["--concurrency", "0"], "--concurrency=0 is too small"),
     ({}, ["--split_file", "/nonexistent/split.json"], "split file /nonexistent/split.json does not exist"),
     ({"TASK": "webshop"}, [], "TASK=webshop has no bundled train split: pass --split_file"),
 ])

@@ -9,15 +9,14 @@ import re
 
 import pytest
 
-from agent_r import tasks
+from agent_r import envs
 from agent_r.conversation import initial_conversation
-from agent_r.search import (SearchConfig, TreeSearch, backpropagate, request_seed, search_trees,
-                            selection_rng)
+from agent_r.search import SearchSettings, backpropagate, request_seed, search_trees, select_child, selection_rng
 from agent_r.tree import Node
 from tests.support.doubles import ScriptedBackend
 from tests.support.search_doubles import SeededTextCraftDouble
 
-TEXTCRAFT = tasks.get_rules("textcraft")
+TEXTCRAFT = envs.get_env("textcraft")
 C = 0.25
 
 
@@ -29,9 +28,9 @@ def run(indices, server, backend, concurrency=1, made=None, **cfg):
         made.append(TEXTCRAFT.make_client(server))
         return made[-1]
 
-    driver = search_trees(indices, TEXTCRAFT, make_client, backend, SearchConfig(**cfg),
-                          concurrency=concurrency, on_result=results.append)
-    return {r.idx: r for r in results}, driver, made
+    driver = search_trees(indices, TEXTCRAFT, make_client, backend,
+                          SearchSettings(concurrency=concurrency, **cfg), on_tree=results.append)
+    return {r.job.idx: r for r in results}, driver, made
 
 
 def solution_for(observation: str) -> tuple[str, str]:
@@ -62,7 +61,7 @@ def test_scripted_tree_matches_hand_computation(textcraft_server):
     results, driver, made = run([idx], textcraft_server, backend, max_depth=1, iterations=3, n_gen=3)
     res = results[idx]
     assert res.error is None
-    root = res.root
+    root = res.result
     a, b = root.children  # the duplicate was dropped before any env work
     assert [a.action, b.action] == [get, craft]
     assert a.llm_response == "Thought: I need logs.\nAction: " + get
@@ -104,7 +103,7 @@ def test_scripted_tree_matches_hand_computation(textcraft_server):
     assert [x.requests[0].seed for x in batches] == [request_seed(0, idx, n) for n in (root, first, second)]
 
     # Stats: 2 real iterations (the third finds the root terminal), 3 of 9 samples were duplicates.
-    s = res.stats
+    s = res.job.stats
     assert (s.iterations, s.expansions, s.samples, s.duplicates) == (2, 3, 9, 3)
     assert (s.nodes, s.leaves, s.successful_leaves, s.max_depth) == (7, 4, 1, 2)
     # Env work: root reset; A stepped from the fresh reset (no replay); every other child resets and
@@ -120,23 +119,22 @@ def _node(visits, value, terminal=False):
 
 
 def test_selection_rule():
-    search = TreeSearch(5, TEXTCRAFT, lambda: None, SearchConfig(seed=3))
+    rng = selection_rng(3, 5)
     parent = Node(visits=10, value=3.0)
     kids = [parent.add_child(_node(4, 3.0)), parent.add_child(_node(2, 0.0)), parent.add_child(_node(1, 1.0, True))]
     # UCT: 0.75 + .25*sqrt(ln10/4) = 0.94 vs 0 + .25*sqrt(ln10/2) = 0.27; the terminal child is never picked.
-    assert search._select(parent) is kids[0]
+    assert select_child(parent, C, rng) is kids[0]
     unvisited = parent.add_child(_node(0, 0.0))
-    assert search._select(parent) is unvisited
+    assert select_child(parent, C, rng) is unvisited
     # ties among unvisited children: uniformly at random from the tree's seeded generator
     parent2 = Node(visits=1)
     twins = [parent2.add_child(_node(0, 0.0)) for _ in range(4)]
-    fresh = TreeSearch(5, TEXTCRAFT, lambda: None, SearchConfig(seed=3))
-    assert fresh._select(parent2) is twins[selection_rng(3, 5).choice(range(4))]
+    assert select_child(parent2, C, selection_rng(3, 5)) is twins[selection_rng(3, 5).choice(range(4))]
     # no non-terminal child: the node becomes terminal and selection ends
     dead = Node(visits=2)
     dead.add_child(_node(1, 0.0, True))
     dead.add_child(_node(1, 1.0, True))
-    assert search._select(dead) is None and dead.is_terminal
+    assert select_child(dead, C, rng) is None and dead.is_terminal
 
 
 def test_backpropagate_marks_terminal_only_when_all_children_are():
@@ -190,10 +188,10 @@ def test_disaster_is_terminal_with_score_zero():
     env = NegativeRewardEnvDouble()
     backend = ScriptedBackend(lambda m, i, s: ["Action: jump", "Action: look"][i])
     results = []
-    search_trees([0], tasks.get_rules("sciworld"), lambda: env, backend,
-                 SearchConfig(max_depth=1, iterations=1, n_gen=2), on_result=results.append)
+    search_trees([0], envs.get_env("sciworld"), lambda: env, backend,
+                 SearchSettings(task="sciworld", max_depth=1, iterations=1, n_gen=2), on_tree=results.append)
     assert results[0].error is None
-    root = results[0].root
+    root = results[0].result
     jump, look = root.children
     assert jump.disaster and jump.is_terminal and jump.env_score == 0.0 and jump.visits == 1
     assert not look.disaster and look.visits == 2  # the iteration went on below it
@@ -211,20 +209,20 @@ def test_trees_do_not_depend_on_concurrency_and_expansions_are_batched(textcraft
     serial, d1, _ = run(indices, textcraft_server, serial_backend, concurrency=1, **cfg)
     batched, d8, made = run(indices, textcraft_server, batched_backend, concurrency=8, **cfg)
     for i in indices:
-        assert json.dumps(serial[i].root.to_dict()) == json.dumps(batched[i].root.to_dict())
+        assert json.dumps(serial[i].result.to_dict()) == json.dumps(batched[i].result.to_dict())
     assert max(d1.batch_sizes) == 1 and max(d8.batch_sizes) == 8
-    assert d1.requests == d8.requests == sum(r.stats.expansions for r in serial.values())
+    assert d1.requests == d8.requests == sum(r.job.stats.expansions for r in serial.values())
     assert d8.model_calls < d1.model_calls / 3
     assert batched_backend.stats.calls == d8.model_calls
     assert all(all(req.n == 3 for req in b.requests) for b in batched_backend.batches)
     assert len(made) == len(indices) and all(c._closed for c in made)
-    assert sum(r.stats.successful_leaves for r in serial.values()) > 0  # the double does solve some
+    assert sum(r.job.stats.successful_leaves for r in serial.values()) > 0  # the double does solve some
 
 
 def test_failed_tree_is_reported_and_others_finish(textcraft_server):
     results, driver, made = run([1, -1, 3], textcraft_server, SeededTextCraftDouble(), concurrency=3,
                                 max_depth=1, iterations=1, n_gen=2)
-    assert results[-1].root is None and "data_idx" in str(results[-1].error)
+    assert results[-1].result is None and "data_idx" in str(results[-1].error)
     assert results[1].error is None and results[3].error is None
     assert all(c._closed for c in made)
 
@@ -254,7 +252,7 @@ def test_truncation_applies_to_the_model_prompt_only(textcraft_server):
     # ScriptedBackend counts words; a pair here is ~36 words: room for two pairs, not four.
     results, _, _ = run([1], textcraft_server, backend, max_depth=4, iterations=1, n_gen=1,
                         max_token_length=head + 60 + 80)
-    root = results[1].root
+    root = results[1].result
     deepest = max(root.iter_nodes(), key=lambda n: n.depth)
     assert len(deepest.state) == 4 + 2 * deepest.depth  # stored state keeps every turn
     assert max(seen) < len(deepest.state) and min(seen) == 4

@@ -13,48 +13,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent_r.config import env_float, env_int, env_str
+from agent_r.settings import parse, setting
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    model_dir: str
-    data_files: str          # comma-separated; checked when the dataset is built
-    general_data: str        # "" = no general data
-    eta: float
-    seed: int
-    max_length: int
-    pack: bool
-    map_num_proc: int
-    batch_size: int
-    accumulative_counts: int
-    epochs: int
-    lr: float
-    warmup_ratio: float
-    save_steps: int
-    save_total_limit: int
-    work_dir: str | None
+    model_dir: str = setting("meta-llama/Llama-3.1-8B-Instruct", env="MODEL_DIR", flag=None,
+                             help="the model to fine-tune (a Hugging Face directory or hub id)")
+    # Not required here: `xtuner convert pth_to_hf` loads the config without data.
+    data_files: str = setting("", env="DATA_FILES", flag=None, help="the comma-separated Agent-R export JSON files")
+    general_data: str = setting("", env="GENERAL_DATA", flag=None,
+                                help="a ShareGPT-style JSON file of general conversations (\"\" = none)")
+    eta: float = setting(0.2, env="ETA", flag=None, minimum=0.0, help="the number of general samples per agent sample")
+    seed: int = setting(0, env="SEED", flag=None, help="the seed for data mixing, shuffling and initialisation")
+    max_length: int = setting(2048, env="MAX_LENGTH", flag=None, minimum=16, help="the tokens per training sequence")
+    pack: bool = setting(True, env="PACK", flag=None, help="1 to pack samples into MAX_LENGTH sequences, 0 not to")
+    map_num_proc: int = setting(32, env="MAP_NUM_PROC", flag=None, minimum=1, help="the processes that tokenise the data")
+    batch_size: int = setting(1, env="BATCH_SIZE", flag=None, minimum=1, help="the sequences per device per step")
+    accumulative_counts: int = setting(16, env="ACCUMULATIVE_COUNTS", flag=None, minimum=1,
+                                       help="the gradient accumulation steps")
+    epochs: int = setting(3, env="EPOCHS", flag=None, minimum=1, help="the number of training epochs")
+    lr: float = setting(2e-5, env="LR", flag=None, minimum=0.0, help="the peak learning rate")
+    warmup_ratio: float = setting(0.03, env="WARMUP_RATIO", flag=None, minimum=0.0,
+                                  help="the fraction of training spent warming up (0 = none)")
+    save_steps: int = setting(500, env="SAVE_STEPS", flag=None, minimum=1, help="the iterations between checkpoints")
+    save_total_limit: int = setting(2, env="SAVE_TOTAL_LIMIT", flag=None, minimum=-1,
+                                    help="the checkpoints kept (-1 = all)")
+    work_dir: str | None = setting(None, env="WORK_DIR", flag=None, help="where logs and checkpoints go")
 
 
 def from_env() -> TrainSettings:
-    return TrainSettings(
-        model_dir=env_str("MODEL_DIR", "the model to fine-tune (a Hugging Face directory or hub id)",
-                          "meta-llama/Llama-3.1-8B-Instruct"),
-        # Not required here: `xtuner convert pth_to_hf` loads the config without data.
-        data_files=env_str("DATA_FILES", "the comma-separated Agent-R export JSON files", ""),
-        general_data=env_str("GENERAL_DATA", "a ShareGPT-style JSON file of general conversations", ""),
-        eta=env_float("ETA", "the number of general samples per agent sample", 0.2, minimum=0.0),
-        seed=env_int("SEED", "the seed for data mixing, shuffling and initialisation", 0),
-        max_length=env_int("MAX_LENGTH", "the tokens per training sequence", 2048, minimum=16),
-        pack=bool(env_int("PACK", "1 to pack samples into MAX_LENGTH sequences, 0 not to", 1)),
-        map_num_proc=env_int("MAP_NUM_PROC", "the processes that tokenise the data", 32, minimum=1),
-        batch_size=env_int("BATCH_SIZE", "the sequences per device per step", 1, minimum=1),
-        accumulative_counts=env_int("ACCUMULATIVE_COUNTS", "the gradient accumulation steps", 16, minimum=1),
-        epochs=env_int("EPOCHS", "the number of training epochs", 3, minimum=1),
-        lr=env_float("LR", "the peak learning rate", 2e-5, minimum=0.0),
-        warmup_ratio=env_float("WARMUP_RATIO", "the fraction of training spent warming up (0 = none)",
-                               0.03, minimum=0.0),
-        save_steps=env_int("SAVE_STEPS", "the iterations between checkpoints", 500, minimum=1),
-        save_total_limit=env_int("SAVE_TOTAL_LIMIT", "the checkpoints kept (-1 = all)", 2, minimum=-1),
-        work_dir=env_str("WORK_DIR", "where logs and checkpoints go", "") or None,
-    )
+    return parse(TrainSettings, argv=[], prog="xtuner train")

@@ -168,7 +168,7 @@ def expert_or_mistake_policy(messages: list[dict], index: int, seed: int | None)
     """Sample 0 plays the TextCraft expert's next planned step, every other
     sample a useless ``inventory``: searched trees then hold successful leaves
     and failed ones, so they yield revision pairs."""
-    from agent_r.textcraft_expert import solve
+    from agentenv_servers.textcraft_expert import solve
 
     turns = [s.turn() for s in solve(messages[3]["content"]).steps]
     done = sum(1 for m in messages[4:] if m["role"] == "assistant" and m["content"] in turns)

@@ -1,0 +1,64 @@
+"""ScienceWorld: science experiments in a text world. Scores 0-100; a failed
+task is a -100 reward (a disaster). The split is by variation (agent_r/splits),
+and the search walks task numbers rather than index ranges."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from agent_r.envs import EnvSpec
+from agent_r.settings import UsageError
+from agentenv_client import SciworldEnvClient
+
+# ScienceWorld task numbers (positions in its task-name list) used for training
+# (SPEC section 3). The other 7 positions are the task types AgentGym's server
+# excludes, so the test split is by variation (see agent_r/splits).
+SCIWORLD_TRAIN_TASK_NUMS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 18, 19, 20, 21, 22, 25, 26, 27, 28, 29)
+# The order in which the reference's mcts_collection.py walked them (--min/--max
+# slice this list for SciWorld).
+SCIWORLD_SEARCH_ORDER = (1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 18, 19, 20, 21, 22, 25, 26, 27, 28, 29, 0)
+
+
+@dataclass(frozen=True)
+class SciworldSpec(EnvSpec):
+    def prepare_action(self, client, action: str) -> str:
+        """Free text is mapped onto the closest valid action before stepping."""
+        return client.map_to_valid_action(action)
+
+    def history_entry(self, action: str, observation: str) -> Any:
+        """The reference's string form ``"(action, observation)"``."""
+        return f"({action}, {observation})"
+
+    def search_indices(self, settings: Any, server: str) -> tuple[list[int], str]:
+        nums = ([settings.task_num] if settings.task_num is not None
+                else list(SCIWORLD_SEARCH_ORDER[settings.min:settings.max]))
+        with self.make_client(server) as client:
+            game_nums = client.game_nums()
+        chosen = sciworld_train_indices(game_nums, nums, settings.task_iteration)
+        return chosen, f"task numbers {nums} x positions 1..{settings.task_iteration}"
+
+
+def sciworld_train_indices(game_nums: dict, task_nums: Sequence[int], task_iteration: int) -> list[int]:
+    """SciWorld search tasks as the reference chose them: for each task number
+    (a position in ScienceWorld's task-name list) the global indices at
+    positions 1..task_iteration of its variation list (``game_nums`` maps task
+    number -> global indices, as the server's /game_nums returns it; position 0
+    is skipped, as in the reference). Task numbers the server does not serve
+    are an error."""
+    nums = {int(k): list(v) for k, v in game_nums.items()}
+    out: list[int] = []
+    for t in task_nums:
+        if not nums.get(t):
+            served = sorted(k for k, v in nums.items() if v)
+            raise UsageError(
+                f"SciWorld task number {t} is not served by the env server (it serves {served}); "
+                "pick --task_num from those"
+            )
+        out.extend(nums[t][1:task_iteration + 1])
+    return out
+
+
+SCIWORLD = SciworldSpec(
+    name="sciworld", default_server="http://127.0.0.1:36002", data_len=4639, client_class=SciworldEnvClient,
+    train_split=None, test_split="sciworld_test.json", max_score=100.0, max_depth=30, alpha=50.0, beta=30.0,
+)

@@ -1,0 +1,327 @@
+"""The one settings path: every setting of every script is a dataclass field.
+
+A field says where its value may come from (a command-line flag, an
+environment variable, or both), what it means and its smallest legal value.
+``parse`` resolves each field as flag > environment variable > default,
+validates it with one sentence that names the setting and the fix, builds
+``--help`` from the same fields, and the settings object itself is the run
+manifest's config (``manifest_config``). Adding a setting costs one field.
+
+This is the only module below the scripts that reads ``os.environ``: library
+code receives settings objects, so a test sets values by constructing them.
+
+Why not pydantic-settings or jsonargparse: the reference's interface mixes
+upper-case env vars whose names differ from the flag (``TEMP``, ``ITERA``),
+flags without env vars, env vars without flags, a positional sub-command
+(``path_collection.py export``) and defaults that depend on another setting
+(MAX_DEPTH per TASK). Both libraries can express most of that, but their
+validation errors are multi-line reports and their env/flag naming rules
+would need a custom source per field; ~150 lines of stdlib keep the
+reference's names and the one-line errors exactly.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import sys
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, Mapping, TypeVar
+
+T = TypeVar("T")
+SECRET = "***"
+
+
+class UsageError(Exception):
+    """A mistake in how the user invoked a script (bad env var, flag, file).
+
+    Scripts catch it at top level and print only the message (exit code 2).
+    """
+
+
+# --------------------------------------------------------------------------- fields
+
+def setting(default: Any = MISSING, *, help: str, env: str | None = None, flag: str | bool | None = True,
+            minimum: float | None = None, choices: tuple | None = None, secret: bool = False,
+            default_factory: Any = MISSING) -> Any:
+    """A settings field. ``flag=True`` means ``--<field name>``; a string names
+    the flag; None means environment-only. ``secret`` values never reach a
+    manifest, a log or an error message."""
+    meta = {"help": help, "env": env, "flag": flag, "minimum": minimum, "choices": choices, "secret": secret}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def nested(cls: type) -> Any:
+    """A group of settings (e.g. the model backend's) inside a script's settings."""
+    return field(default_factory=cls, metadata={"nested": True})
+
+
+def _flag_name(f: dataclasses.Field) -> str | None:
+    flag = f.metadata.get("flag")
+    if flag is True:
+        return f"--{f.name}"
+    return flag or None
+
+
+def _leaf_fields(cls: type) -> list[tuple[type, dataclasses.Field]]:
+    out = []
+    for f in fields(cls):
+        if f.metadata.get("nested"):
+            out.extend(_leaf_fields(_field_type(cls, f)))
+        else:
+            out.append((cls, f))
+    return out
+
+
+def _field_type(cls: type, f: dataclasses.Field) -> Any:
+    return typing.get_type_hints(cls)[f.name]
+
+
+def _base_type(tp: Any) -> tuple[Any, bool]:
+    """(int|float|str|bool, optional?) of an annotation like ``int | None``."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return tp, False
+
+
+def _source(f: dataclasses.Field, via: str) -> str:
+    return _flag_name(f) if via == "flag" else f.metadata["env"]
+
+
+def _convert(cls: type, f: dataclasses.Field, raw: str, via: str) -> Any:
+    tp, optional = _base_type(_field_type(cls, f))
+    name, meaning = _source(f, via), f.metadata["help"].split(" (default")[0]
+    shown = SECRET if f.metadata.get("secret") else repr(raw)
+    if optional and raw.strip().lower() in ("", "none"):
+        return None
+    try:
+        if tp is bool:
+            low = raw.strip().lower()
+            if low not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError
+            value: Any = low in ("1", "true", "yes")
+        elif tp in (int, float):
+            value = tp(raw.strip())
+            if value != value:  # NaN
+                raise ValueError
+        else:
+            value = raw.strip() if via == "env" else raw
+    except ValueError:
+        kind = {bool: "0 or 1", int: "an integer", float: "a number"}.get(tp, "valid")
+        raise UsageError(f"{name}={shown} is not {kind}: it is {meaning}.") from None
+    return _check(f, name, value, meaning)
+
+
+def _check(f: dataclasses.Field, name: str, value: Any, meaning: str) -> Any:
+    minimum, choices = f.metadata.get("minimum"), f.metadata.get("choices")
+    if minimum is not None and value is not None and value < minimum:
+        raise UsageError(f"{name}={value} is too small: it is {meaning} and must be >= {minimum:g}.")
+    if choices and value is not None and value not in choices:
+        raise UsageError(f"{name}={value!r} is not one of {', '.join(map(str, choices))}: it is {meaning}.")
+    return value
+
+
+# --------------------------------------------------------------------------- parsing
+
+def build_parser(cls: type, description: str, prog: str | None = None) -> argparse.ArgumentParser:
+    """Flags for every flag field; the epilog lists every environment variable."""
+    p = argparse.ArgumentParser(prog=prog, description=description, epilog=env_help(cls),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for owner, f in _leaf_fields(cls):
+        flag = _flag_name(f)
+        if flag:
+            env = f" [env {f.metadata['env']}]" if f.metadata.get("env") else ""
+            nargs = "+" if typing.get_origin(_base_type(_field_type(owner, f))[0]) is list else None
+            p.add_argument(flag, dest=f.name, default=None, nargs=nargs, metavar=f.name.upper(),
+                           help=f.metadata["help"] + env)
+    return p
+
+
+def env_help(cls: type) -> str:
+    rows = [(f.metadata["env"], f.metadata["help"] + (f" [flag {_flag_name(f)}]" if _flag_name(f) else ""))
+            for _, f in _leaf_fields(cls) if f.metadata.get("env")]
+    if not rows:
+        return ""
+    width = max(len(name) for name, _ in rows)
+    return "environment variables (a flag, when given, wins):\n" + "\n".join(
+        f"  {name.ljust(width)}  {text}" for name, text in rows)
+
+
+def parse(cls: type[T], argv: list[str] | None = None, environ: Mapping[str, str] | None = None,
+          description: str = "", prog: str | None = None) -> T:
+    """Settings of type ``cls`` from ``argv`` (default sys.argv[1:]) and
+    ``environ`` (default os.environ); flag > env var > default. Calls the
+    object's ``finish()`` (cross-field defaults and checks) when it has one."""
+    environ = os.environ if environ is None else environ
+    parser = build_parser(cls, description, prog)
+    try:
+        args = vars(parser.parse_args(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            raise
+        raise UsageError("bad command line (see the message above and --help)") from None
+    return _build(cls, args, environ)
+
+
+def _build(cls: type[T], args: dict[str, Any], environ: Mapping[str, str]) -> T:
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("nested"):
+            values[f.name] = _build(_field_type(cls, f), args, environ)
+            continue
+        raw, env = args.get(f.name), f.metadata.get("env")
+        if isinstance(raw, list):
+            values[f.name] = raw
+        elif raw is not None:
+            values[f.name] = _convert(cls, f, raw, "flag")
+        elif env and environ.get(env, "").strip():
+            values[f.name] = _convert(cls, f, environ[env], "env")
+    obj = cls(**values)
+    finish = getattr(obj, "finish", None)
+    if callable(finish):
+        finish()
+    return obj
+
+
+def validate(obj: Any) -> None:
+    """The same minimum/choices checks for a settings object built in code."""
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.metadata.get("nested"):
+            validate(value)
+        elif "help" in f.metadata:
+            name = _flag_name(f) or f.metadata.get("env") or f.name
+            _check(f, name, value, f.metadata["help"].split(" (default")[0])
+
+
+def manifest_config(obj: Any) -> dict[str, Any]:
+    """Every setting's resolved value (``asdict``), secrets masked."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if f.metadata.get("nested"):
+            out[f.name] = manifest_config(value)
+        elif f.metadata.get("secret") and value:
+            out[f.name] = SECRET
+        else:
+            out[f.name] = value
+    return out
+
+
+# --------------------------------------------------------------------------- running a script
+
+EXIT_OK, EXIT_ITEMS_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def setup_logging(environ: Mapping[str, str] | None = None) -> None:
+    level = (os.environ if environ is None else environ).get("LOGLEVEL", "INFO").upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def run_cli(main: Callable[[], int | None]) -> None:
+    """Run a script's main() under the one exit-code rule of every script:
+    0 everything done; 1 some item failed for good in this run (a rerun retries
+    it); 2 a usage error or an unreachable server (one line, no traceback);
+    130 interrupted (finished outputs are kept). Errors that are the user's to
+    fix (UsageError, or any exception class with ``user_facing = True``) print
+    one line; anything else is a bug and keeps its traceback."""
+    setup_logging()
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        print("interrupted; finished outputs are kept, rerun the same command to resume", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - filtered below
+        if isinstance(exc, UsageError) or getattr(exc, "user_facing", False):
+            print(f"error: {exc}", file=sys.stderr)
+            sys.exit(EXIT_USAGE)
+        raise
+    sys.exit(code or EXIT_OK)
+
+
+# --------------------------------------------------------------------------- shared fields
+
+DEFAULT_MAX_NEW_TOKENS = 500   # SPEC section 8: max new tokens per turn
+DEFAULT_MAX_TOKEN_LENGTH = 4096
+
+
+def seed_setting() -> Any:
+    return setting(0, help="the run seed: sampling seeds and tie-breaks derive from it (default 0)")
+
+
+def max_new_tokens_setting(what: str = "one model turn") -> Any:
+    return setting(DEFAULT_MAX_NEW_TOKENS, minimum=1, help=f"the token limit of {what} (default {DEFAULT_MAX_NEW_TOKENS})")
+
+
+def max_token_length_setting(what: str = "prompt", default: int = DEFAULT_MAX_TOKEN_LENGTH) -> Any:
+    return setting(default, env="MAX_TOKEN_LENGTH", flag=None, minimum=100,
+                   help=f"the {what} budget in tokens; older turns are dropped above it - 60 (default {default})")
+
+
+def task_setting(default: str | None = "textcraft") -> Any:
+    return setting(default, env="TASK", flag=None, help="the environment: textcraft, sciworld or webshop"
+                   + (f" (default {default})" if default else ""))
+
+
+def concurrency_setting(what: str) -> Any:
+    return setting(8, minimum=1, help=f"the {what} at once; their model turns share one batched call (default 8; "
+                   "results do not depend on it)")
+
+
+def env_server_setting() -> Any:
+    return setting(None, help="the env server URL (default: the task's local server, e.g. http://127.0.0.1:36001 "
+                   "for textcraft)")
+
+@dataclass
+class BackendSettings:
+    """How to reach the model; every script that calls a model nests this."""
+
+    backend: str | None = setting(None, env="BACKEND", help="the model backend: vllm | hf | openai | "
+                                  "python:MODULE:FACTORY (default: vllm when installed with CUDA, else hf)")
+    model_dir: str | None = setting(None, env="MODEL_DIR", flag=None, help="the policy model directory or hub id "
+                                    "(default: the bundled models/textcraft-tiny)")
+    model_name: str | None = setting(None, env="MODEL_NAME", help="the model's name in output paths and for "
+                                     "the openai backend (default: the last part of MODEL_DIR)")
+    instruction_file: str | None = setting(None, env="AGENTENV_INSTRUCTION_FILE", flag=None,
+                                           help="a file whose text replaces the bundled env instruction")
+    dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (bf16 on GPU, fp32 on CPU), bfloat16, "
+                         "float16, float32 (default auto)")
+    tensor_parallel_size: int = setting(1, minimum=1, help="vllm: GPUs one model is split over (default 1)")
+    gpu_memory_utilization: float = setting(0.9, minimum=0.05, help="vllm: fraction of GPU memory the engine "
+                                            "may take (default 0.9)")
+    max_model_len: int | None = setting(None, minimum=1, help="vllm: engine context length (default: "
+                                        "the prompt budget + max_new_tokens, capped at the model's limit)")
+    hf_batch_size: int = setting(16, minimum=1, help="hf: sequences per generate call (default 16)")
+    openai_base_url: str | None = setting(None, env="OPENAI_BASE_URL", flag=None,
+                                          help="openai: endpoint URL, e.g. http://127.0.0.1:8000/v1")
+    openai_api_key: str | None = setting(None, env="OPENAI_API_KEY", flag=None, secret=True,
+                                         help="openai: API key (never written anywhere)")
+    openai_timeout: float = setting(120.0, env="OPENAI_TIMEOUT", flag=None, minimum=0.001,
+                                    help="openai: seconds one request may take (default 120)")
+    openai_concurrency: int = setting(16, env="OPENAI_CONCURRENCY", flag=None, minimum=1,
+                                      help="openai: requests in flight at once (default 16)")
+    openai_max_retries: int = setting(5, env="OPENAI_MAX_RETRIES", flag=None, minimum=0,
+                                      help="openai: retries of a failed request (default 5)")
+    azure_endpoint: str | None = setting(None, env="AZURE_OPENAI_ENDPOINT", flag=None,
+                                         help="openai: an Azure OpenAI endpoint (used instead of OPENAI_BASE_URL)")
+    azure_api_key: str | None = setting(None, env="AZURE_OPENAI_API_KEY", flag=None, secret=True,
+                                        help="openai: the Azure API key")
+    azure_api_version: str = setting("2024-06-01", env="OPENAI_API_VERSION", flag=None,
+                                     help="openai: Azure API version (default 2024-06-01)")
+
+
+def resolved_model_name(backend: BackendSettings, bundled_name: str) -> str:
+    """The model's name in output paths: --model_name / MODEL_NAME, else the
+    last part of MODEL_DIR, else the bundled model's name."""
+    if backend.model_name and backend.model_name.strip():
+        return backend.model_name.strip()
+    if backend.model_dir and backend.model_dir.strip():
+        return os.path.basename(os.path.normpath(backend.model_dir.strip()))
+    return bundled_name
