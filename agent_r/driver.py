@@ -19,6 +19,9 @@ The rules, in one place:
   usage mistake) stops the run: every other job would fail the same way. A
   backend failure stops the run too.
 * Output check: the backend must answer every request with >= 1 sample.
+  A request the backend could not serve on its own (llm.RequestFailed, e.g.
+  a prompt longer than the model's context) fails that job alone: the
+  error is raised inside it, and it ends like a job that raised.
 * Clean-up: on any exit (also Ctrl-C) every job still running is closed and
   every client freed, after the pool has finished its env work.
 
@@ -37,7 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator, Iterable, Protocol
 
 from agent_r.conversation import truncate
-from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig
+from agent_r.llm import (Backend, BackendError, GenerationRequest, PromptTooLong, RequestFailed, SamplingConfig,
+                         duplicate_watch, single_if_greedy)
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
@@ -139,13 +143,15 @@ class _Slot:
         close_quietly(self.client)
         self.gen = self.client = None
 
-    def advance(self, value: list[str] | None, clients: _Clients, cfg: DriverConfig) -> Any:
+    def advance(self, value: list[str] | RequestFailed | None, clients: _Clients, cfg: DriverConfig) -> Any:
         """Run the job to its next request (returned), or to its end (an Outcome)."""
         while True:
             try:
                 if self.gen is None:
                     self.client = self.client or clients.take()
                     self.gen, value = self.job.run(self.client), None
+                if isinstance(value, RequestFailed):   # the model could not answer this job: it fails alone
+                    return self.gen.throw(value)
                 return self.gen.send(value)
             except StopIteration as stop:
                 return Outcome(self.job, stop.value, None, self.restarts)
@@ -164,18 +170,56 @@ class _Slot:
 
 
 def generate_checked(backend: Backend, requests: list[GenerationRequest], sampling: SamplingConfig,
-                     max_token_length: int | None = None) -> list[list[str]]:
-    """One backend call for ``requests`` (truncated to ``max_token_length`` when
-    given), checked: every request gets at least one sample. Truncation runs in
-    the caller's thread: a tokenizer is not safe to share across threads."""
+                     max_token_length: int | None = None, allow_failures: bool = False
+                     ) -> list[list[str] | RequestFailed]:
+    """One backend call for ``requests``, checked: every request gets at
+    least one sample, or (``allow_failures``) a RequestFailed in its place
+    that fails only its own item; otherwise a failed request stops the run
+    with the backend's reason. Greedy requests ask for one sample (llm.
+    single_if_greedy). With ``max_token_length`` the prompts are truncated to
+    the budget that fits the backend's context (Backend.prompt_budget), and
+    a prompt the server refuses as too long is truncated further and resent
+    once when the refusal taught a tighter limit. Truncation runs in the
+    caller's thread: a tokenizer is not safe to share across threads."""
+    requests = single_if_greedy(backend, requests, sampling)
     if max_token_length is not None:
-        requests = [GenerationRequest(truncate(r.messages, max_token_length, backend.count_tokens), r.n, r.seed)
-                    for r in requests]
-    outputs = backend.generate(requests, sampling)
-    if len(outputs) != len(requests) or any(len(o) < 1 for o in outputs):
-        got = sum(1 for o in outputs if len(o) >= 1)
+        budget = backend.prompt_budget(max_token_length, sampling.max_new_tokens)
+        requests = [_truncated(backend, r, budget) for r in requests]
+    outputs = list(backend.generate(requests, sampling))
+    if len(outputs) != len(requests) or any(not isinstance(o, RequestFailed) and len(o) < 1 for o in outputs):
+        got = sum(1 for o in outputs if isinstance(o, RequestFailed) or len(o) >= 1)
         raise BackendError(f"backend {backend.name} answered {got} of {len(requests)} requests")
-    return [list(o) for o in outputs]
+    if max_token_length is not None:
+        outputs = _retry_tighter(backend, requests, outputs, sampling, max_token_length, budget)
+    duplicate_watch(backend).observe(backend, outputs, sampling)
+    failed = [o for o in outputs if isinstance(o, RequestFailed)]
+    if failed and not allow_failures:
+        raise BackendError(f"backend {backend.name}: {len(failed)} of {len(requests)} requests failed: {failed[0]}")
+    return [o if isinstance(o, RequestFailed) else list(o) for o in outputs]
+
+
+def _truncated(backend: Backend, request: GenerationRequest, budget: int) -> GenerationRequest:
+    return GenerationRequest(truncate(request.messages, budget, backend.count_tokens), request.n, request.seed)
+
+
+def _retry_tighter(backend: Backend, requests: list[GenerationRequest], outputs: list, sampling: SamplingConfig,
+                   max_token_length: int, budget: int) -> list:
+    """Resend, once, the too-long prompts that a tighter budget shortens (a
+    server's refusal tells the backend its real context limit)."""
+    tighter = backend.prompt_budget(max_token_length, sampling.max_new_tokens)
+    if tighter >= budget:
+        return outputs
+    again = {i: _truncated(backend, requests[i], tighter) for i, o in enumerate(outputs)
+             if isinstance(o, PromptTooLong)}
+    again = {i: r for i, r in again.items() if len(r.messages) < len(requests[i].messages)}
+    if not again:
+        return outputs
+    log.info("resending %d prompt(s) truncated to the %d-token budget the server's context allows", len(again),
+             tighter)
+    outputs = list(outputs)
+    for i, out in zip(again, backend.generate(list(again.values()), sampling)):
+        outputs[i] = out
+    return outputs
 
 
 def run_jobs(jobs: Iterable[Any], backend: Backend | None, make_client: Callable[[], Any], cfg: DriverConfig,
@@ -186,22 +230,21 @@ def run_jobs(jobs: Iterable[Any], backend: Backend | None, make_client: Callable
         raise ValueError("concurrency must be >= 1")
     stats, queue, pool_clients = DriverStats(), deque(jobs), _Clients(make_client, clients or [])
     live: list[_Slot] = []
-    runnable: list[tuple[_Slot, list[str] | None]] = []
+    answered: list[tuple[_Slot, list[str]]] = []
     try:
         with ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="job") as pool:
-            while queue or runnable:
-                while queue and len(live) < cfg.concurrency:
-                    live.append(_Slot(queue.popleft()))
-                    runnable.append((live[-1], None))
-                steps = list(pool.map(lambda item: item[0].advance(item[1], pool_clients, cfg), runnable))
-                waiting = _finish(runnable, steps, live, pool_clients, on_done)
-                runnable = []
+            step = lambda item: item[0].advance(item[1], pool_clients, cfg)  # noqa: E731
+            while queue or answered:
+                waiting = _next_requests(queue, live, answered, lambda batch: list(pool.map(step, batch)),
+                                         pool_clients, on_done, cfg.concurrency)
+                answered = []
                 if waiting:
-                    outputs = generate_checked(backend, [r for _, r in waiting], cfg.sampling, cfg.max_token_length)
+                    outputs = generate_checked(backend, [r for _, r in waiting], cfg.sampling, cfg.max_token_length,
+                                               allow_failures=True)
                     stats.model_calls += 1
                     stats.requests += len(waiting)
                     stats.batch_sizes.append(len(waiting))
-                    runnable = [(slot, out) for (slot, _), out in zip(waiting, outputs)]
+                    answered = [(slot, out) for (slot, _), out in zip(waiting, outputs)]
     finally:
         # The pool has shut down (it waits for running env work, also on
         # Ctrl-C), so no job is executing: closing frees every remote env.
@@ -209,6 +252,23 @@ def run_jobs(jobs: Iterable[Any], backend: Backend | None, make_client: Callable
             slot.discard()
         pool_clients.close_all()
     return stats
+
+
+def _next_requests(queue: deque, live: list[_Slot], answered: list, advance: Callable[[list], list],
+                   clients: _Clients, on_done: Callable[[Outcome], None], concurrency: int) -> list:
+    """Advance every answered job to its next request; jobs that end free their
+    slot, and queued jobs start in it before the model call, so the next batch
+    is full (a new job joins this round, not the next)."""
+    runnable: list = list(answered)
+    waiting: list = []
+    while True:
+        while queue and len(live) < concurrency:
+            live.append(_Slot(queue.popleft()))
+            runnable.append((live[-1], None))
+        if not runnable:
+            return waiting
+        waiting += _finish(runnable, advance(runnable), live, clients, on_done)
+        runnable = []
 
 
 def _finish(runnable: list, steps: list, live: list[_Slot], clients: _Clients,

@@ -5,20 +5,26 @@
 * xtuner: a JSON list of ``{"messages": [...]}`` for XTuner's ``openai_map_fn``.
   Every assistant message carries an explicit boolean ``loss``; the reference's
   converter dropped these flags and so trained on the bad prefix.
-* dpo: the high and low path of each revision row share a prefix (the prompt);
-  the high path's continuation is chosen, the low path's rejected. Layouts:
-  ``eto`` (ETO/FastChat ``from``/``value`` turns) or ``trl`` (TRL's
-  conversational ``prompt``/``chosen``/``rejected`` message lists).
+* dpo: the high and low path of each revision row share a prefix (the prompt)
+  and then part. Layouts: ``eto`` (ETO/FastChat ``from``/``value`` turns): the
+  high path's whole continuation is chosen, the low path's rejected, with the
+  observations between turns (ETO's trainer masks them); ``trl`` (TRL's
+  conversational ``prompt``/``chosen``/``rejected`` message lists): one step,
+  the two paths' first differing assistant turns, because TRL's DPOTrainer
+  puts the preference on every completion token and would otherwise reward
+  and penalise observation text the policy never writes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
-from agent_r.settings import UsageError
+from agent_r.conversation import HEAD_LEN
 from agent_r.io import atomic_write_json
+from agent_r.settings import DEFAULT_MAX_TOKEN_LENGTH, UsageError, parse, setting
 
 ETO_ROLES = {"user": "human", "assistant": "gpt"}
 
@@ -71,66 +77,264 @@ def xtuner_samples(revisions: list[dict], goods: list[dict], good_ratio: float, 
     return samples
 
 
+# ---- training length: what XTuner will see --------------------------------
+# XTuner cuts a tokenized sample at max_length from the END, which is exactly
+# the trained part of a revision sample (the revision turn and the good path),
+# and then silently drops samples left without labels. So the export counts
+# tokens the way XTuner encodes them and fits long samples itself.
+
+# XTuner's llama3_chat (xtuner.utils.PROMPT_TEMPLATE.llama3_chat), the template
+# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/test_export_length.py
+# checks this copy and the counts against XTuner's own code.
+XTUNER_TEMPLATE = {
+    "SYSTEM": "<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>",
+    "INSTRUCTION": "<|start_header_id|>user<|end_header_id|>\n\n{input}<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "SUFFIX": "<|eot_id|>",
+}
+# Training sequences as long as the search's prompt budget: a sample then holds
+# about the context the model had when it chose the sample's turns.
+DEFAULT_MAX_LENGTH = DEFAULT_MAX_TOKEN_LENGTH
+
+
+class XTunerLength:
+    """Tokens of one ``{"messages"}`` sample as XTuner encodes it: openai_map_fn
+    turns (system/user text before each assistant message), llama3_chat, then
+    encode_fn (one BOS, each turn's prompt and answer + <|eot_id|> tokenized
+    apart; llama3_chat's eot is the EOS, so no further BOS)."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.bos = 0 if getattr(tokenizer, "bos_token_id", None) is None else 1
+        self._cache: dict[str, int] = {}
+
+    def _tokens(self, text: str) -> int:
+        if text not in self._cache:
+            self._cache[text] = len(self.tokenizer.encode(text, add_special_tokens=False))
+        return self._cache[text]
+
+    def __call__(self, messages: list[dict]) -> int:
+        total, system, prompt = self.bos, "", ""
+        i = 0
+        while i < len(messages) and messages[i]["role"] == "assistant":
+            i += 1                                  # openai_map_fn skips leading assistant messages
+        for m in messages[i:]:
+            if m["role"] == "system":
+                system = m["content"]
+            elif m["role"] == "user":
+                prompt += m["content"]
+            else:
+                head = XTUNER_TEMPLATE["SYSTEM"].format(system=system) if system else ""
+                total += self._tokens(head + XTUNER_TEMPLATE["INSTRUCTION"].format(input=prompt))
+                total += self._tokens(m["content"] + XTUNER_TEMPLATE["SUFFIX"])
+                system, prompt = "", ""
+        return total
+
+
+def load_length_counter(tokenizer_dir: str) -> XTunerLength:
+    try:
+        from transformers import AutoTokenizer
+
+        return XTunerLength(AutoTokenizer.from_pretrained(tokenizer_dir))
+    except (OSError, ValueError) as exc:
+        why = (str(exc).splitlines() or [""])[0]
+        raise UsageError(f"--tokenizer {tokenizer_dir}: cannot load a tokenizer ({type(exc).__name__}: {why}); "
+                         "pass the model directory you train") from None
+
+
+def shorten_history(messages: list[dict], max_length: int, count: Callable[[list[dict]], int]
+                    ) -> tuple[list[dict] | None, int]:
+    """``messages`` within ``max_length`` tokens with every trained token kept:
+    drop the oldest untrained (assistant ``loss`` false, observation) pairs
+    after the head, as the search's prompt truncation drops the oldest pairs.
+    Returns (messages, pairs dropped), or (None, pairs) when the rest is still
+    too long: the sample must go, since XTuner would cut its trained end."""
+    dropped = 0
+    while count(messages) > max_length:
+        pair = messages[HEAD_LEN:HEAD_LEN + 2]
+        if len(pair) < 2 or pair[0]["role"] != "assistant" or pair[0].get("loss", True) or pair[1]["role"] != "user":
+            return None, dropped
+        messages = messages[:HEAD_LEN] + messages[HEAD_LEN + 2:]
+        dropped += 1
+    return messages, dropped
+
+
+@dataclass
+class LengthReport:
+    """How the samples fared against MAX_LENGTH; printed by the export."""
+
+    max_length: int
+    samples: int = 0
+    over: int = 0               # longer than max_length as collected
+    shortened: int = 0          # fitted by dropping untrained history
+    pairs_dropped: int = 0      # (turn, observation) pairs removed from those
+    dropped: int = 0            # left out: their trained part alone is longer
+    longest: int = 0            # tokens of the longest sample as collected
+
+    def line(self) -> str:
+        if not self.over:
+            return (f"token lengths: all {self.samples} samples fit MAX_LENGTH={self.max_length} "
+                    f"(longest {self.longest})")
+        return (f"token lengths: {self.over} of {self.samples} samples were over MAX_LENGTH={self.max_length} "
+                f"(longest {self.longest}): {self.shortened} shortened by dropping {self.pairs_dropped} untrained "
+                f"history turns, {self.dropped} left out (their trained part alone is longer)")
+
+
+def fit_samples(samples: list[dict], max_length: int, count: Callable[[list[dict]], int]
+                ) -> tuple[list[dict], LengthReport]:
+    """Every sample within ``max_length`` tokens, shortened from its untrained
+    history or left out (counted); nothing trained is ever cut."""
+    report, kept = LengthReport(max_length, samples=len(samples)), []
+    for sample in samples:
+        n = count(sample["messages"])
+        report.longest = max(report.longest, n)
+        if n <= max_length:
+            kept.append(sample)
+            continue
+        report.over += 1
+        fitted, pairs = shorten_history(sample["messages"], max_length, count)
+        if fitted is None:
+            report.dropped += 1
+        else:
+            report.shortened += 1
+            report.pairs_dropped += pairs
+            kept.append({**sample, "messages": fitted})
+    return kept, report
+
+
+def xtuner_export(revisions: list[dict], goods: list[dict], settings: ExportSettings
+                  ) -> tuple[list[dict], str, str]:
+    """(samples, what they are, how their token lengths fared)."""
+    samples = xtuner_samples(revisions, goods, settings.good_ratio, settings.seed)
+    n_good = len(samples) - len(revisions)
+    if not settings.tokenizer:
+        return (samples, f"{len(samples)} samples ({len(revisions)} revision + {n_good} good)",
+                f"token lengths not checked: pass --tokenizer MODEL_DIR (XTuner cuts samples over "
+                f"MAX_LENGTH={settings.max_length} from their trained end)")
+    fitted, report = fit_samples(samples, settings.max_length, load_length_counter(settings.tokenizer))
+    if samples and not fitted:
+        raise UsageError(f"all {len(samples)} samples are longer than MAX_LENGTH={settings.max_length} tokens even "
+                         "without their untrained history: raise --max_length (and the training MAX_LENGTH)")
+    left_out = f", {report.dropped} too long left out" if report.dropped else ""
+    return fitted, f"{len(fitted)} samples ({len(revisions)} revision + {n_good} good{left_out})", report.line()
+
+
 def _shared_turns(high: list[dict], low: list[dict]) -> int:
     """Messages of the common prefix after the head, in whole (turn, observation) steps."""
-    i = 4
+    i = HEAD_LEN
     while i + 1 < min(len(high), len(low)) and high[i]["content"] == low[i]["content"] \
             and high[i + 1]["content"] == low[i + 1]["content"]:
         i += 2
     return i
 
 
+def _plain(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def _trim(messages: list[dict]) -> list[dict]:
     """Continuations end with the model's last turn (its observation is not part of the answer)."""
-    out = [{"role": m["role"], "content": m["content"]} for m in messages]
+    out = _plain(messages)
     while out and out[-1]["role"] != "assistant":
         out.pop()
     return out
 
 
+def trl_step_pair(high: list[dict], low: list[dict]) -> dict | None:
+    """TRL's DPOTrainer scores every completion token, so a completion must
+    hold only model text. The pair is the step where the two paths part: the
+    shared history (observations included) is the prompt, the high path's
+    next assistant turn is chosen and the low path's rejected. None when the
+    paths share no whole-step prefix up to a differing turn."""
+    cut = _shared_turns(high, low)
+    if cut >= min(len(high), len(low)) or high[cut]["role"] != "assistant" or low[cut]["role"] != "assistant" \
+            or high[cut]["content"] == low[cut]["content"]:
+        return None
+    return {"prompt": _plain(high[:cut]), "chosen": _plain([high[cut]]), "rejected": _plain([low[cut]])}
+
+
+def eto_pair(row: dict, k: int) -> dict | None:
+    """ETO's layout: whole continuations after the shared prefix, observations
+    included (ETO's trainer masks the "human" turns)."""
+    high, low = row["high_log"], row["low_log"]
+    cut = _shared_turns(high, low)
+    chosen, rejected = _trim(high[cut:]), _trim(low[cut:])
+    if not chosen or not rejected:
+        return None
+    eto = lambda msgs: [{"from": ETO_ROLES[m["role"]], "value": m["content"]}  # noqa: E731
+                        for m in msgs if m["role"] != "system"]
+    return {"id": f"{row['task_num']}_{k}", "prompt": eto(_plain(high[:cut])), "chosen": eto(chosen),
+            "rejected": eto(rejected)}
+
+
 def dpo_pairs(revisions: list[dict], layout: str) -> list[dict]:
-    out, per_task = [], {}
+    """One preference pair per revision row. ``trl``: step-level pairs,
+    identical ones (pairs of one tree that part at the same node) kept once;
+    ``eto``: trajectory-level pairs, ids ``<task>_<k>``."""
+    out, seen, per_task = [], set(), {}
     for row in revisions:
-        high, low = row["high_log"], row["low_log"]
-        cut = _shared_turns(high, low)
-        prompt = [{"role": m["role"], "content": m["content"]} for m in high[:cut]]
-        chosen, rejected = _trim(high[cut:]), _trim(low[cut:])
-        if not chosen or not rejected:
-            continue
         if layout == "trl":
-            out.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+            pair = trl_step_pair(row["high_log"], row["low_log"])
+            key = json.dumps(pair, sort_keys=True)
+            if pair is not None and key not in seen:
+                seen.add(key)
+                out.append(pair)
             continue
-        k = per_task[row["task_num"]] = per_task.get(row["task_num"], -1) + 1
-        eto = lambda msgs: [{"from": ETO_ROLES[m["role"]], "value": m["content"]}  # noqa: E731
-                            for m in msgs if m["role"] != "system"]
-        out.append({"id": f"{row['task_num']}_{k}", "prompt": eto(prompt), "chosen": eto(chosen),
-                    "rejected": eto(rejected)})
+        k = per_task.get(row["task_num"], 0)
+        pair = eto_pair(row, k)
+        if pair is not None:
+            per_task[row["task_num"]] = k + 1
+            out.append(pair)
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="path_collection.py export", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--format", choices=("xtuner", "dpo"), required=True)
-    p.add_argument("--input", nargs="+", required=True, help="path_collection JSONL files (centric and/or good)")
-    p.add_argument("--output", required=True, help="JSON file to write (a list)")
-    p.add_argument("--good_ratio", type=float, default=1.0,
-                   help="xtuner: good samples per revision sample (default 1.0; -1 = all good samples)")
-    p.add_argument("--layout", choices=("eto", "trl"), default="eto", help="dpo: record layout (default eto)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the good-sample choice and shuffling (default 0)")
-    args = p.parse_args(argv)
-    revisions, goods = read_rows(args.input)
-    if args.format == "xtuner":
-        samples = xtuner_samples(revisions, goods, args.good_ratio, args.seed)
-        n_good = len(samples) - len(revisions)
-        what = f"{len(samples)} samples ({len(revisions)} revision + {n_good} good)"
+@dataclass
+class ExportSettings:
+    """Every setting of ``path_collection.py export`` (flags; MAX_LENGTH also from the environment, where the
+    training config reads it)."""
+
+    format: str | None = setting(None, choices=("xtuner", "dpo"), help="the training file kind: xtuner or dpo "
+                                 "(required)")
+    input: list[str] | None = setting(None, help="the path_collection JSONL files to read, centric and/or good "
+                                      "(required)")
+    output: str | None = setting(None, help="the JSON file to write, a list (required)")
+    good_ratio: float = setting(1.0, help="xtuner: good samples per revision sample, -1 = all good samples "
+                                "(default 1.0)")
+    layout: str = setting("eto", choices=("eto", "trl"), help="dpo: the record layout, eto or trl (default eto)")
+    seed: int = setting(0, help="the seed of the good-sample choice and the shuffle (default 0)")
+    tokenizer: str | None = setting(None, help="xtuner: the model directory whose tokenizer counts each sample's "
+                                    "tokens as XTuner encodes them (llama3_chat); samples over --max_length are "
+                                    "shortened from their untrained history or left out, and counted (default: "
+                                    "no length check)")
+    max_length: int = setting(DEFAULT_MAX_LENGTH, env="MAX_LENGTH", minimum=16,
+                              help="xtuner: tokens per training sequence, the training config's MAX_LENGTH "
+                              f"(default {DEFAULT_MAX_LENGTH}, the search's prompt budget)")
+
+    def finish(self) -> None:
+        missing = [f"--{name}" for name in ("format", "input", "output") if not getattr(self, name)]
+        if missing:
+            raise UsageError(f"path_collection.py export needs {', '.join(missing)} (see --help)")
+
+
+def write_export(settings: ExportSettings) -> str:
+    """Write the training file ``settings`` describe; returns the line saying what was written."""
+    revisions, goods = read_rows(settings.input)
+    note = ""
+    if settings.format == "xtuner":
+        samples, what, note = xtuner_export(revisions, goods, settings)
     else:
         if not revisions:
             raise UsageError("dpo export needs revision rows (a {TASK}_centric.jsonl from path_collection.py)")
-        samples = dpo_pairs(revisions, args.layout)
-        what = f"{len(samples)} preference pairs ({args.layout} layout) from {len(revisions)} revision rows"
+        samples = dpo_pairs(revisions, settings.layout)
+        what = f"{len(samples)} preference pairs ({settings.layout} layout) from {len(revisions)} revision rows"
     if not samples:
-        raise UsageError(f"nothing to export from {', '.join(args.input)}: the inputs have no usable rows")
-    atomic_write_json(args.output, samples, indent=None)
-    print(f"wrote {what} to {args.output}")
+        raise UsageError(f"nothing to export from {', '.join(settings.input)}: the inputs have no usable rows")
+    atomic_write_json(settings.output, samples, indent=None)
+    return f"wrote {what} to {settings.output}" + (f"\n{note}" if note else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``path_collection.py export ...``: parse, write, print what was written."""
+    settings = parse(ExportSettings, argv, description=__doc__, prog="path_collection.py export")
+    print(write_export(settings))
     return 0

@@ -1,7 +1,9 @@
-"""Atomic writes: a killed run never leaves a partial output file."""
+"""Atomic writes: a killed run never leaves a partial output file; JSON is
+always strict (no NaN/Infinity), so any parser can read what we write."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -42,12 +44,40 @@ def atomic_write_text(path: str | os.PathLike, text: str, errors: str = "strict"
 _JSON_ERRORS = "backslashreplace"
 
 
+def strict_json(obj: Any, indent: int | None = None, where: str = "") -> str:
+    """``obj`` as strict JSON (RFC 8259). Python's json writes NaN and Infinity
+    as bare words that JavaScript, Go, Rust and Jackson parsers reject, so a
+    non-finite float is refused here, naming where it sits, instead of
+    producing a file other tools cannot read."""
+    try:
+        return json.dumps(obj, indent=indent, ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        bad = first_non_finite(obj)
+        if bad is None:
+            raise
+        raise ValueError(f"{where or 'JSON output'}: {bad} is not a finite number; strict JSON has no "
+                         "NaN/Infinity") from exc
+
+
+def first_non_finite(obj: Any, path: str = "$") -> str | None:
+    """JSON path and value of the first NaN/Infinity inside ``obj``, or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return f"{path} = {obj}"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    for key, value in items:
+        found = first_non_finite(value, f"{path}[{key!r}]" if isinstance(key, str) else f"{path}[{key}]")
+        if found:
+            return found
+    return None
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 4) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", errors=_JSON_ERRORS)
+    atomic_write_text(path, strict_json(obj, indent, where=str(path)) + "\n", errors=_JSON_ERRORS)
 
 
 def atomic_write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), errors=_JSON_ERRORS)
+    text = "".join(strict_json(r, where=f"{path} row {n}") + "\n" for n, r in enumerate(rows, start=1))
+    atomic_write_text(path, text, errors=_JSON_ERRORS)
 
 
 def read_json(path: str | os.PathLike) -> Any:

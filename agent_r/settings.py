@@ -291,14 +291,20 @@ class BackendSettings:
                                      "the openai backend (default: the last part of MODEL_DIR)")
     instruction_file: str | None = setting(None, env="AGENTENV_INSTRUCTION_FILE", flag=None,
                                            help="a file whose text replaces the bundled env instruction")
-    dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (bf16 on GPU, fp32 on CPU), bfloat16, "
-                         "float16, float32 (default auto)")
+    dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (hf: bf16 on GPU, fp32 on CPU; vllm: its "
+                         "own auto, the model's dtype, bf16 for fp32 weights), bfloat16, float16, float32 "
+                         "(default auto)", choices=("auto", "bfloat16", "float16", "float32"))
     tensor_parallel_size: int = setting(1, minimum=1, help="vllm: GPUs one model is split over (default 1)")
     gpu_memory_utilization: float = setting(0.9, minimum=0.05, help="vllm: fraction of GPU memory the engine "
                                             "may take (default 0.9)")
     max_model_len: int | None = setting(None, minimum=1, help="vllm: engine context length (default: "
                                         "the prompt budget + max_new_tokens, capped at the model's limit)")
+    kv_cache_gib: float | None = setting(None, minimum=0.01, help="vllm: KV-cache size in GiB instead of the "
+                                         "--gpu_memory_utilization share (default: that share on GPU; 2 on CPU, "
+                                         "where the share would reserve that fraction of the machine's RAM)")
     hf_batch_size: int = setting(16, minimum=1, help="hf: sequences per generate call (default 16)")
+    allow_cpu: bool = setting(False, env="ALLOW_CPU", help="hf/vllm: run a model over ~1B parameters on CPU anyway "
+                              "(default 0: refuse; no usable GPU usually means a broken CUDA setup)")
     openai_base_url: str | None = setting(None, env="OPENAI_BASE_URL", flag=None,
                                           help="openai: endpoint URL, e.g. http://127.0.0.1:8000/v1")
     openai_api_key: str | None = setting(None, env="OPENAI_API_KEY", flag=None, secret=True,
@@ -325,3 +331,41 @@ def resolved_model_name(backend: BackendSettings, bundled_name: str) -> str:
     if backend.model_dir and backend.model_dir.strip():
         return os.path.basename(os.path.normpath(backend.model_dir.strip()))
     return bundled_name
+
+
+@dataclass
+class ShardSettings:
+    """Which share of a run's tasks this process takes: data-parallel search and
+    eval over GPUs and nodes with no coordinator (docs/cluster.md). Inside a
+    SLURM array job the shard defaults from the array (``--array=0-(N-1)``)."""
+
+    shard_index: int | None = setting(None, env="SHARD_INDEX", minimum=0,
+                                      help="this process's shard, 0..num_shards-1: it takes every num_shards-th "
+                                      "task of the run's list from position shard_index (default: "
+                                      "SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN in a SLURM array job, else 0)")
+    num_shards: int | None = setting(None, env="NUM_SHARDS", minimum=1,
+                                     help="the number of shards the run's tasks are split into (default: "
+                                     "SLURM_ARRAY_TASK_COUNT in a SLURM array job, else 1)")
+    slurm_array_task_id: int | None = setting(None, env="SLURM_ARRAY_TASK_ID", flag=None, minimum=0,
+                                              help="set by SLURM in an array job: the default shard index")
+    slurm_array_task_min: int | None = setting(None, env="SLURM_ARRAY_TASK_MIN", flag=None, minimum=0,
+                                               help="set by SLURM: the array's first task id")
+    slurm_array_task_count: int | None = setting(None, env="SLURM_ARRAY_TASK_COUNT", flag=None, minimum=1,
+                                                 help="set by SLURM: the array's size, the default number of shards")
+    slurm_array_task_step: int | None = setting(None, env="SLURM_ARRAY_TASK_STEP", flag=None, minimum=1,
+                                                help="set by SLURM: the array's id step (must be 1 for sharding)")
+
+    def finish(self) -> None:
+        """Resolve the SLURM defaults and check the pair (idempotent)."""
+        in_array = self.slurm_array_task_id is not None and self.slurm_array_task_count is not None
+        if self.num_shards is None:
+            self.num_shards = self.slurm_array_task_count if in_array else 1
+        if self.shard_index is None:
+            self.shard_index = self.slurm_array_task_id - (self.slurm_array_task_min or 0) if in_array else 0
+            if in_array and (not 0 <= self.shard_index < self.num_shards or (self.slurm_array_task_step or 1) != 1):
+                raise UsageError(f"SLURM array task {self.slurm_array_task_id} of {self.num_shards} cannot be a shard: "
+                                 f"sharding needs consecutive array ids (--array=0-{self.num_shards - 1}, no step "
+                                 "or gaps); or set SHARD_INDEX and NUM_SHARDS yourself.")
+        if self.shard_index >= self.num_shards:
+            raise UsageError(f"--shard_index={self.shard_index} is not below --num_shards={self.num_shards}: "
+                             f"shards are numbered 0..{self.num_shards - 1}.")

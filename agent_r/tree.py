@@ -54,13 +54,20 @@ class Node:
         return self.value / self.visits if self.visits else 0.0
 
     def selection_score(self, c: float = EXPLORATION_C) -> float:
-        """UCT score used to pick among siblings; +inf while unvisited."""
+        """UCT score used to pick among siblings; +inf while unvisited (so every
+        child is tried once before any is tried twice)."""
         if self.parent is None:
             return self.mean_value()
         if self.visits == 0:
             return math.inf
         parent_visits = max(self.parent.visits, 1)
         return self.value / self.visits + c * math.sqrt(math.log(parent_visits) / self.visits)
+
+    def stored_puct(self) -> float:
+        """The ``puct_value`` written to tree JSON, as the reference wrote it: 0
+        for an unvisited node (the +inf of selection is not JSON; strict
+        parsers in JavaScript, Go, Rust or Java reject ``Infinity``)."""
+        return 0.0 if self.visits == 0 and self.parent is not None else self.selection_score()
 
     def iter_nodes(self) -> Iterator["Node"]:
         yield self
@@ -80,7 +87,7 @@ class Node:
             "visits": self.visits,
             "value": float(self.value),
             "prior": 1,
-            "puct_value": self.selection_score(),
+            "puct_value": self.stored_puct(),
             "obs": self.obs,
             "llm_response": self.llm_response,
             "depth": self.depth,

@@ -61,7 +61,41 @@ def build_game_nums(games: list[tuple[str, int]], task_names: list[str]) -> dict
     return out
 
 
-_FILLER = frozenset({"a", "an", "the", "on", "in", "into", "to", "at", "of", "with", "and", "from", "for"})
+_FILLER = frozenset({"a", "an", "the", "on", "in", "into", "to", "at", "of", "with", "and", "from", "for", "please"})
+
+# What a model writes first -> the ScienceWorld verb (template head) it means.
+# Matched as the longest phrase at the start of the action.
+VERB_PHRASES: dict[str, str] = {
+    **{v: v for v in ("look around", "look at", "look in", "read", "pick up", "put down", "move", "go to",
+                      "teleport to", "open", "close", "activate", "deactivate", "connect", "disconnect", "use",
+                      "pour", "dunk", "mix", "eat", "flush", "focus on", "wait", "wait1", "inventory", "task")},
+    "look": "look at", "examine": "look at", "inspect": "look at", "check": "look at", "observe": "look at",
+    "view": "look at", "look into": "look in", "look inside": "look in",
+    "pick": "pick up", "take": "pick up", "grab": "pick up", "get": "pick up", "drop": "put down",
+    "put": "move", "place": "move", "transfer": "move",
+    "go": "go to", "walk to": "go to", "walk": "go to", "move to": "go to", "head to": "go to", "enter": "go to",
+    "teleport": "teleport to", "shut": "close", "turn on": "activate", "switch on": "activate",
+    "turn off": "deactivate", "switch off": "deactivate", "stir": "mix", "dip": "dunk", "focus": "focus on",
+    "wait 1": "wait1",
+}
+# Template heads of valid actions, longest first ("reset task" restarts the
+# episode: only an exact match reaches it).
+ACTION_HEADS = sorted(set(VERB_PHRASES.values()) | {"reset task"}, key=len, reverse=True)
+# Read-only verbs: the only ones chosen when the text names no verb that fits.
+HARMLESS = ("look at", "look in", "read")
+# Verbs that end or spoil the task when aimed at the wrong object (a wrong
+# focus fails a ScienceWorld task): chosen only when the text names the verb
+# and exactly the object's words, and the object is in view.
+IRREVERSIBLE = frozenset({"focus on", "eat"})
+
+
+def _head(words: list[str], heads) -> tuple[str | None, list[str]]:
+    """(the longest phrase of ``heads`` the words start with, the words after it)."""
+    for head in heads:
+        n = len(head.split())
+        if words[:n] == head.split():
+            return head, words[n:]
+    return None, words
 
 
 def _words(text: str) -> list[str]:
@@ -152,17 +186,9 @@ class SciworldEnvClient(BaseEnvClient):
         return sorted(out)
 
     def map_to_valid_action(self, action: str) -> str:
-        """Map free text onto the closest currently valid action.
-
-        An exact match (after lower-casing, collapsing spaces and writing
-        "green house" as "greenhouse") wins. Otherwise the valid action sharing
-        the most words (ignoring filler words such as "the", "on", "to") wins;
-        fewer extra words, then alphabetical order break ties. A "focus on"
-        action is only chosen this way if the text names its object and every
-        word of that object appears in the room description or the inventory
-        (a wrong focus fails the task). With no shared word the text is sent as
-        is and the environment answers that it does not understand.
-        """
+        """Map free text onto a currently valid action (``closest_action``);
+        an exact match (after lower-casing, collapsing spaces and writing
+        "green house" as "greenhouse") wins."""
         text = _normalise(action)
         valid = sorted(set(self.valid_action_object_combinations()))
         if text in valid:
@@ -171,21 +197,63 @@ class SciworldEnvClient(BaseEnvClient):
 
 
 def closest_action(text: str, valid: list[str], visible: str) -> str:
-    """The deterministic word-overlap match behind ``map_to_valid_action``."""
-    seen = set(_words(visible))
-    want = set(_words(text)) - _FILLER
-    best, best_key = text, None
+    """The valid action that does what ``text`` says, never one that does more.
+
+    1. An exact match wins.
+    2. The verb the text names (its first words, synonyms allowed: "examine"
+       is ``look at``, "take" is ``pick up``, "turn on" is ``activate``): the
+       valid action with that verb whose object shares the most words with
+       the text (then: objects in the text's order, fewer words the text did
+       not say, alphabetical order). ``focus on`` and ``eat`` need the text
+       to name exactly the object's words, and the object in view
+       (``visible``: look-around text plus inventory); a wrong focus fails
+       the task.
+    3. Otherwise a read-only action (``look at``, ``look in``, ``read``) on
+       the object the text names: the reference preferred looking too. No
+       other verb is ever chosen for the text, so "read thermometer" becomes
+       ``look at thermometer``, never ``focus on thermometer``.
+    4. Otherwise the text as is (the environment answers that it does not
+       understand), except an irreversible verb whose object did not fit:
+       then ``look around``.
+    """
+    text = _normalise(text)
+    if text in valid:
+        return text
+    verb, rest = _head(_words(text), sorted(VERB_PHRASES, key=len, reverse=True))
+    verb = VERB_PHRASES.get(verb) if verb else None
+    want = [w for w in rest if w not in _FILLER]
+    if verb == "look at" and not want:
+        verb = "look around"
+    by_verb: dict[str, list[tuple[str, list[str]]]] = {}
     for cand in valid:
-        words = _words(cand)
-        if cand.startswith("focus on"):
-            target = [w for w in words[2:] if w not in _FILLER]
-            # never guess a focus: its object must be named and in view
-            if not target or not want & set(target) or not all(w in seen for w in target):
-                continue
-        shared = len(want & set(words))
-        if shared == 0:
+        head, obj = _head(_words(cand), ACTION_HEADS)
+        by_verb.setdefault(head or "", []).append((cand, [w for w in obj if w not in _FILLER]))
+    if verb is not None:
+        if verb in valid and not any(obj for _, obj in by_verb.get(verb, [])):   # "inventory", "wait", ...
+            return verb
+        found = _best_object(want, by_verb.get(verb, []), exact=verb in IRREVERSIBLE, seen=set(_words(visible)))
+        if found:
+            return found
+    found = _best_object(want, [c for head in HARMLESS for c in by_verb.get(head, [])])
+    if found:
+        return found
+    return "look around" if verb in IRREVERSIBLE and "look around" in valid else text
+
+
+def _best_object(want: list[str], candidates: list[tuple[str, list[str]]], exact: bool = False,
+                 seen: set[str] | None = None) -> str | None:
+    """The candidate whose object words share the most with ``want``; ties:
+    the shared words in the text's order ("move a to b" is not "move b to
+    a"), fewer words the text did not say, alphabetical. ``exact``: the
+    object's words are the text's, and all of them are in ``seen``."""
+    best, best_key = None, None
+    wanted = set(want)
+    for cand, obj in candidates:
+        shared = wanted & set(obj)
+        if not shared or (exact and not (set(obj) == wanted and wanted <= (seen or set()))):
             continue
-        key = (-shared, len(set(words) - want - _FILLER), cand)
+        same_order = [w for w in obj if w in shared] == [w for w in want if w in shared]
+        key = (-len(shared), not same_order, len(set(obj) - wanted), cand)
         if best_key is None or key < best_key:
             best, best_key = cand, key
     return best

@@ -113,6 +113,14 @@ def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
     def hello():
         return "This is environment ScienceWorld."
 
+    @app.get("/identity")
+    def identity() -> dict:
+        """What this server is, so clients can tell it from AgentGym's (which
+        has no such endpoint). The game count is the simulator's once an env
+        has started, before that the task table's."""
+        return {"server": "agent-r", "env": "sciworld", "tasks": len(games) or len(build_game_list()),
+                "task_order": "AgentGym's game list"}
+
     @app.post("/create")
     @guarded
     def create() -> dict:

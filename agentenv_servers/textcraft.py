@@ -35,6 +35,13 @@ def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
     def hello():
         return "This is environment TextCraft."
 
+    @app.get("/identity")
+    def identity() -> dict:
+        """What this server is, so clients can tell it from AgentGym's (which
+        has no such endpoint): task index -> goal differs between the two."""
+        return {"server": "agent-r", "env": "textcraft", "tasks": len(book.goals),
+                "task_order": "goals by recipe depth, then item id"}
+
     @app.post("/create")
     @guarded
     async def create(body: CreateBody | None = None) -> dict:

@@ -22,8 +22,9 @@ sys.path.insert(0, str(ROOT))
 
 from agent_r import conversation as conv  # noqa: E402
 from agent_r import evaluation as ev  # noqa: E402
-from agent_r.tasks import get_rules  # noqa: E402
-from agent_r.textcraft_expert import solve  # noqa: E402
+from agent_r.envs import get_env  # noqa: E402
+from agent_r.settings import BackendSettings  # noqa: E402
+from agentenv_servers.textcraft_expert import solve  # noqa: E402
 from tests.support.doubles import LatencyModelBackend  # noqa: E402
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402
 
@@ -42,7 +43,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
     args = p.parse_args()
 
-    indices = get_rules("textcraft").split_indices("test")[: args.tasks]
+    indices = get_env("textcraft").split_indices("test")[: args.tasks]
     server, url = start_server("agentenv_servers.textcraft")
     try:
         rows = run_all(args, indices, url)
@@ -58,11 +59,11 @@ def run_all(args: argparse.Namespace, indices: list[int], url: str) -> list[tupl
         split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in indices]))
         for conc in args.concurrency:
             backend = LatencyModelBackend(expert_policy, per_call=args.per_call, per_token=args.per_token)
-            cfg = ev.EvalConfig(task="textcraft", model_name="latency", model_type=f"c{conc}", output_dir=tmp,
-                                env_server_base=url, split_file=str(split), concurrency=conc, max_steps=40,
-                                max_token_length=100000)
+            settings = ev.EvalSettings(task="textcraft", backend=BackendSettings(model_name="latency"),
+                                       model_type=f"c{conc}", output_dir=tmp, env_server_base=url,
+                                       split_file=str(split), concurrency=conc, max_steps=40, max_token_length=100000)
             start = time.perf_counter()
-            summary = ev.evaluate(cfg, backend)
+            summary = ev.evaluate(settings, backend).summary
             wall = time.perf_counter() - start
             rows.append((conc, summary["tasks"], summary["score_x100"], wall, 3600 * summary["tasks"] / wall,
                          backend.stats.calls, backend.stats.requests / max(1, backend.stats.calls)))

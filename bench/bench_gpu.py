@@ -213,16 +213,18 @@ def _summary(xs: list[int]) -> dict:
 
 
 def _train_task_range(count: int) -> tuple[int, int]:
-    from agent_r import tasks
+    from agent_r.envs import get_env
 
-    train = tasks.get_rules("textcraft").split_indices("train")
+    train = get_env("textcraft").split_indices("train")
     return train[0], train[count - 1] + 1
 
 
 def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tuple[dict, list]:
-    """A real mcts_collection.main run, in-process, on the already-loaded backend."""
-    import mcts_collection
+    """A real mcts_collection run (search.collect_trees, what the script calls), in-process, on the
+    already-loaded backend."""
     from agent_r.llm import HFBackend
+    from agent_r.search import SearchSettings, collect_trees
+    from agent_r.settings import parse
 
     captured: list = []
     orig_generate = HFBackend.generate
@@ -235,23 +237,20 @@ def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tu
     if out_dir.exists():
         shutil.rmtree(out_dir)                           # a fresh search, never a resumed one
     lo, hi = _train_task_range(concurrency)
-    os.environ.update(TASK="textcraft", MAX_DEPTH=str(args.max_depth), ITERA=str(args.itera),
-                      N_GEN=str(args.n_gen), TEMP="1.0", MODEL_NAME="bench")
+    environ = dict(TASK="textcraft", MAX_DEPTH=str(args.max_depth), ITERA=str(args.itera),
+                   N_GEN=str(args.n_gen), TEMP="1.0", MODEL_NAME="bench")
     argv = ["--backend", "hf", "--env_server_base", args.server, "--min", str(lo), "--max", str(hi),
             "--concurrency", str(concurrency), "--max_new_tokens", str(args.max_new_tokens),
             "--output_dir", str(out_dir), "--seed", "0"]
-    close = backend.close
-    backend.close = lambda: None                         # keep the model for the next run
-    mcts_collection.make_backend = lambda *a, **k: backend
     HFBackend.generate = capture
     meter.reset()
     try:
         t0 = time.perf_counter()
-        rc = mcts_collection.main(argv)
+        summary = collect_trees(parse(SearchSettings, argv, environ), backend=backend)  # not closed: reused
+        rc = 1 if summary.failed else 0
         wall = time.perf_counter() - t0
     finally:
         HFBackend.generate = orig_generate
-        backend.close = close
     result = meter.snapshot(wall)
     manifest = json.loads((out_dir / "textcraft" / "bench" / "manifest.json").read_text())
     trees = sorted((out_dir / "textcraft" / "bench").glob("search_results_*.json"))
@@ -299,10 +298,11 @@ def _pure_run(backend, meter, requests, sampling, batch_size: int, repeats: int,
 def cmd_throughput(args) -> None:
     import torch
     from agent_r.llm import SamplingConfig, make_backend
+    from agent_r.settings import BackendSettings
 
     label = args.label
     t0 = time.perf_counter()
-    backend = make_backend("hf", args.model, seed=0)
+    backend = make_backend(BackendSettings(backend="hf", model_dir=args.model), seed=0)
     load_s = time.perf_counter() - t0
     meter = Meter(backend)
     res: dict = {"model": args.model, "backend": backend.describe(), "load_s": round(load_s, 2),
@@ -584,7 +584,8 @@ def cmd_train(args) -> None:
     reload = (
         "import json, sys, time; sys.path.insert(0, '.'); "
         "from agent_r.llm import make_backend, GenerationRequest, SamplingConfig; "
-        "t=time.time(); b=make_backend('hf', sys.argv[1], seed=0); "
+        "from agent_r.settings import BackendSettings; "
+        "t=time.time(); b=make_backend(BackendSettings(backend='hf', model_dir=sys.argv[1]), seed=0); "
         "out=b.generate([GenerationRequest([{'role':'user','content':'Crafting commands: craft 1 stick using 2 planks. Goal: craft stick.'}], n=2)], "
         "SamplingConfig(temperature=1.0, max_new_tokens=32)); "
         "print('RELOAD', json.dumps({'describe': b.describe(), 'texts': out, 's': round(time.time()-t, 2)}))")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from agent_r.config import run_cli  # noqa: E402
+from agent_r.settings import run_cli  # noqa: E402
 from agent_r.llm import GenerationRequest, HFBackend, SamplingConfig  # noqa: E402
 from tests.support.model_fixtures import build_tiny_model  # noqa: E402
 

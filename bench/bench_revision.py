@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from agent_r import revision  # noqa: E402
 from agent_r.llm import GenerationRequest, SamplingConfig  # noqa: E402
+from agent_r.revision_data import PathSettings  # noqa: E402
 from tests.support import tree_fixtures as tf  # noqa: E402
 from tests.support.doubles import LatencyModelBackend  # noqa: E402
 
@@ -74,7 +75,7 @@ def main() -> None:
     p.add_argument("--per_call", type=float, default=0.05)
     p.add_argument("--per_token", type=float, default=0.01)
     args = p.parse_args()
-    cfg = revision.RevisionConfig(alpha=0.5, beta=0.5, max_pairs_per_tree=8)
+    cfg = PathSettings(task="textcraft", alpha=0.5, beta=0.5, max_pairs_per_tree=8).revision_config()
     plans = [revision.plan_tree(i, synthetic_tree(i), cfg) for i in range(args.trees)]
     plans = [pl for pl in plans if pl is not None]
     pairs = sum(len(pl.pairs) for pl in plans)

@@ -1,6 +1,8 @@
-"""Print what the demo produced: trees, successful leaves, revision samples, test score.
+"""Print what the demo's iterate.py run made: trees and successful leaves of the
+first search, revision / good / training samples, and the test score of the
+base model beside each trained one.
 
-    python -m scripts.demo_summary demo_output --task textcraft --model_name textcraft-tiny
+    python -m scripts.demo_summary demo_output/demo
 """
 from __future__ import annotations
 
@@ -8,51 +10,47 @@ import argparse
 import json
 from pathlib import Path
 
-from agent_r.config import UsageError, run_cli
+from agent_r.settings import UsageError, run_cli
 from agent_r.tree import leaf_paths, load_tree
 
 
-def count_jsonl(path: Path) -> int:
-    return sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()) if path.exists() else 0
-
-
-def summarize(out: Path, task: str, model_name: str) -> dict:
-    tree_dir = out / "mcts_result" / task / model_name
-    trees = sorted(tree_dir.glob("search_results_*.json"))
-    if not trees:
-        raise UsageError(f"no trees in {tree_dir}: run scripts/demo.sh (or mcts_collection.py) first")
+def summarize(run: Path) -> dict:
+    """Numbers of an iterate.py run folder (results.json and iteration 1's trees)."""
+    results = run / "results.json"
+    if not results.exists():
+        raise UsageError(f"{results} does not exist: run scripts/demo.sh (or iterate.py --name ...) first")
+    rows = json.loads(results.read_text(encoding="utf-8"))["rows"]
+    trees = sorted((run / "iter_1" / "trees").glob("*/*/*/search_results_*.json"))
     leaves = successes = solved = 0
     for path in trees:
         paths = leaf_paths(load_tree(path))
         wins = sum(1 for p in paths if p[-1].value > 0)
         leaves, successes, solved = leaves + len(paths), successes + wins, solved + (wins > 0)
-    data = out / "mcts_training_data"
-    xtuner = out / "xtuner_train.json"
-    evals = sorted((out / "test_result" / task).glob("*/search_results_*.json"))
-    scores = [json.loads(p.read_text(encoding="utf-8"))["env_score"] for p in evals]
+    first = next((r for r in rows if r["iteration"] == 1), {})
+    per_task = first.get("data", {}).get("tasks", {}).values()
     return {
         "trees": len(trees), "trees_with_success": solved, "leaves": leaves, "successful_leaves": successes,
-        "revision_samples": count_jsonl(data / f"{task}_centric.jsonl"),
-        "good_samples": count_jsonl(data / f"{task}_good.jsonl"),
-        "xtuner_samples": len(json.loads(xtuner.read_text(encoding="utf-8"))) if xtuner.exists() else 0,
-        "test_tasks": len(scores), "test_success": sum(1 for s in scores if s >= 1),
-        "test_score_x100": round(100 * sum(scores) / len(scores), 2) if scores else None,
+        "revision_samples": sum(t.get("revision_samples", 0) for t in per_task),
+        "good_samples": sum(t.get("good_samples", 0) for t in per_task),
+        "xtuner_samples": first.get("data", {}).get("train_samples", 0),
+        "scores": [(r["iteration"], r["variant"], t, v["tasks"], v["success_pct"], v["score_x100"])
+                   for r in rows for t, v in r["test"].items()],
     }
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("out", help="the demo folder (default layout of scripts/demo.sh)")
-    p.add_argument("--task", default="textcraft")
-    p.add_argument("--model_name", default="textcraft-tiny")
+    p.add_argument("run", help="the iterate.py run folder (scripts/demo.sh: demo_output/demo)")
     args = p.parse_args()
-    s = summarize(Path(args.out), args.task, args.model_name)
+    s = summarize(Path(args.run))
     print(f"trees: {s['trees']} ({s['trees_with_success']} with a successful leaf)  "
           f"leaves: {s['leaves']} ({s['successful_leaves']} successful)")
     print(f"revision samples: {s['revision_samples']}  good samples: {s['good_samples']}  "
           f"XTuner training samples: {s['xtuner_samples']}")
-    print(f"test: {s['test_success']}/{s['test_tasks']} solved, score x100 = {s['test_score_x100']}")
-    print(f"outputs under {args.out}/")
+    for iteration, variant, task, n, success, score in s["scores"]:
+        model = "base model" if iteration == 0 else f"{variant} model_{iteration}"
+        print(f"test ({task}, {n} tasks): {model}: success {success:.1f}%, score x100 = {score:.2f}")
+    print(f"outputs under {args.run}/ (results.md, results.json, results.png, iter_*/)")
     return 0
 
 

@@ -5,27 +5,45 @@ in the in-process game; the conversation is built exactly as the search and
 evaluation build it (instruction, "Ok.", observation, then Thought/Action turns
 and the cleaned observations). Variants > 0 of a task show the same goal with
 another draw of distractor recipes in another order, so the model learns to
-read the list instead of memorising positions. Test tasks are never used.
+read the list instead of memorising positions. Renamed variants go further:
+item words are replaced, consistently within the episode, by made-up words
+(``oak planks`` -> ``vusk planks``), so a goal's plan cannot be recalled from
+its name and must be read off the recipe list; that is what transfers to the
+held-out test goals. Made-up words are never words of a real item, so a
+renamed task can never be a test task. Test tasks are never used.
 
-    python -m scripts.make_expert_data --out work_dirs/expert/textcraft_train.jsonl --variants 8
+    python -m scripts.make_expert_data --out work_dirs/expert/textcraft_train.jsonl --variants 8 --renamed 8
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import random
+import re
 
 from tqdm import tqdm
 
-from agent_r.settings import UsageError, run_cli, setup_logging
 from agent_r.conversation import append_turn, initial_conversation
-from agent_r.io import atomic_write_jsonl
 from agent_r.envs import get_env
+from agent_r.io import atomic_write_jsonl
+from agent_r.settings import UsageError, run_cli, setup_logging
 from agentenv_client import load_instruction
 from agentenv_servers.textcraft_env import RecipeBook, TextCraftGame, item_text, load_recipe_book
 from agentenv_servers.textcraft_expert import UnsolvableTask, solve
 
 log = logging.getLogger("make_expert_data")
+
+# Words of the game's and the expert's own sentences: never renamed, even where
+# an item name contains one ("crafting table"), so the templates stay intact.
+TEMPLATE_WORDS = frozenset(
+    "a and again anything are base can carrying could craft crafted crafting crafts enough execute find for "
+    "format from goal got i inventory is item items minecraft need not now of on so the to using valid "
+    "recipe wrong you".split())
+_WORD = re.compile(r"[a-z]+")
+_ONSETS = ("b", "bl", "br", "d", "dr", "f", "fl", "g", "gr", "k", "kl", "l", "m", "n", "p", "pl", "r", "s",
+           "sk", "st", "t", "tr", "v", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "ai", "ou")
+_CODAS = ("", "", "b", "d", "g", "k", "l", "m", "n", "p", "r", "sh", "sk", "t", "x")
 
 
 def train_indices() -> list[int]:
@@ -37,6 +55,44 @@ def variant_game(book: RecipeBook, idx: int, rng: random.Random) -> TextCraftGam
     """Task ``idx``'s goal with a fresh draw of distractors and a fresh order."""
     goal = book.task(idx)[0]
     return TextCraftGame(idx, book=book, commands="\n".join(book.draw_lines(goal, rng, vary_count=True)), goal=goal)
+
+
+def real_item_words(book: RecipeBook) -> frozenset[str]:
+    return frozenset(w for name in book.items | book.tags for w in item_text(name).split())
+
+
+def made_up_word(rng: random.Random, avoid: set[str]) -> str:
+    """A pronounceable word of 1-2 syllables that is in ``avoid`` (real item
+    words, words already used) neither as itself nor as a template word."""
+    while True:
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.randint(1, 2)))
+        word += rng.choice(_CODAS)
+        if word not in avoid and word not in TEMPLATE_WORDS:
+            avoid.add(word)
+            return word
+
+
+def renaming(book: RecipeBook, game: TextCraftGame, rng: random.Random, share: float = 0.6) -> dict[str, str]:
+    """word -> made-up word for about ``share`` of the item words shown in the
+    task, always at least one word of the goal (so the goal is a new item)."""
+    shown = _WORD.findall(game.commands + " " + item_text(game.goal))
+    words = sorted({w for w in shown if w not in TEMPLATE_WORDS})
+    goal_words = [w for w in item_text(game.goal).split() if w not in TEMPLATE_WORDS]
+    if not goal_words:
+        return {}
+    chosen = {w for w in words if rng.random() < share} | {rng.choice(goal_words)}
+    avoid = set(real_item_words(book))
+    return {w: made_up_word(rng, avoid) for w in sorted(chosen)}
+
+
+def rename_text(text: str, mapping: dict[str, str]) -> str:
+    return _WORD.sub(lambda m: mapping.get(m.group(), m.group()), text) if mapping else text
+
+
+def rename_messages(messages: list[dict], mapping: dict[str, str]) -> list[dict]:
+    """The episode with item words renamed after the fixed head (system,
+    instruction, "Ok." keep their text)."""
+    return [m if i < 3 else dict(m, content=rename_text(m["content"], mapping)) for i, m in enumerate(messages)]
 
 
 def expert_conversation(game: TextCraftGame, instruction: str) -> list[dict] | None:
@@ -54,12 +110,25 @@ def expert_conversation(game: TextCraftGame, instruction: str) -> list[dict] | N
             for i, m in enumerate(messages)]
 
 
-def make_rows(indices: list[int], variants: int, seed: int, instruction: str) -> tuple[list[dict], list[str]]:
+def episode_games(book: RecipeBook, idx: int, variants: int, renamed: int, seed: int):
+    """(variant number, game, renaming) of every episode of one task: the
+    original, ``variants - 1`` redraws, then ``renamed`` renamed redraws."""
+    for v in range(variants + renamed):
+        if v == 0:
+            yield v, TextCraftGame(idx, book=book), {}
+            continue
+        rng = random.Random(f"{seed}-{idx}-{v}")
+        game = variant_game(book, idx, rng)
+        yield v, game, (renaming(book, game, rng) if v >= variants else {})
+
+
+def make_rows(indices: list[int], variants: int, seed: int, instruction: str,
+              renamed: int = 0) -> tuple[list[dict], list[str]]:
     book = load_recipe_book()
     rows, problems = [], []
     for idx in tqdm(indices, desc="expert trajectories"):
-        for v in range(variants):
-            game = TextCraftGame(idx, book=book) if v == 0 else variant_game(book, idx, random.Random(f"{seed}-{idx}-{v}"))
+        for v, game, mapping in episode_games(book, idx, variants, renamed, seed):
+            goal = item_text(game.goal)
             try:
                 messages = expert_conversation(game, instruction)
             except UnsolvableTask as exc:
@@ -67,9 +136,12 @@ def make_rows(indices: list[int], variants: int, seed: int, instruction: str) ->
             else:
                 reason = "the plan did not reach the goal"
             if messages is None:
-                problems.append(f"task {idx} variant {v} ({item_text(game.goal)}): {reason}")
+                problems.append(f"task {idx} variant {v} ({goal}): {reason}")
                 continue
-            rows.append({"task_num": str(idx), "variant": v, "messages": messages})
+            row = {"task_num": str(idx), "variant": v, "messages": rename_messages(messages, mapping)}
+            if mapping:
+                row["renamed"] = mapping
+            rows.append(row)
     return rows, problems
 
 
@@ -77,20 +149,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="work_dirs/expert/textcraft_train.jsonl", help="output JSONL")
     parser.add_argument("--variants", type=int, default=8, help="episodes per train task (1 = only the original task)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the distractor draws")
+    parser.add_argument("--renamed", type=int, default=8, help="further episodes per task with made-up item words")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the distractor draws and renamings")
     parser.add_argument("--limit", type=int, default=None, help="only the first N train tasks (quick runs)")
     args = parser.parse_args()
     setup_logging()
-    if args.variants < 1:
-        raise UsageError(f"--variants {args.variants}: must be >= 1")
+    if args.variants < 1 or args.renamed < 0:
+        raise UsageError(f"--variants {args.variants} / --renamed {args.renamed}: need variants >= 1, renamed >= 0")
     indices = train_indices()[: args.limit]
-    rows, problems = make_rows(indices, args.variants, args.seed, load_instruction("textcraft"))
+    rows, problems = make_rows(indices, args.variants, args.seed, load_instruction("textcraft"), args.renamed)
     for p in problems:
         log.warning("skipped %s", p)
     atomic_write_jsonl(args.out, rows)
     turns = sum(sum(m["role"] == "assistant" and m["loss"] for m in r["messages"]) for r in rows)
-    print(f"wrote {len(rows)} expert episodes ({turns} assistant turns) from {len(indices)} train tasks "
-          f"to {args.out}; {len(problems)} skipped")
+    print(f"wrote {len(rows)} expert episodes ({turns} assistant turns, {sum('renamed' in r for r in rows)} renamed) "
+          f"from {len(indices)} train tasks to {args.out}; {len(problems)} skipped")
     return 0
 
 

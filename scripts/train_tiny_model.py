@@ -19,12 +19,12 @@ import math
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from tqdm import tqdm
 
-from agent_r.config import UsageError, run_cli, setup_logging
+from agent_r.settings import UsageError, run_cli, setup_logging
 
 log = logging.getLogger("train_tiny_model")
 
@@ -52,7 +52,11 @@ class TrainConfig:
     hidden: int = 256
     layers: int = 4
     intermediate: int = 512
-    max_len: int = 1024          # longer episodes are skipped (the longest depth-3/4 plans)
+    max_len: int = 1024          # longer packs are skipped (the longest depth-3/4 plans)
+    verifier_data: str = ""      # verifier examples (scripts/make_verifier_data.py); "" = policy only
+    pack_examples: int = 3       # rows with one ``pack`` key merged into one token tree, at most this many
+    save_dtype: str = "float32"  # weights as stored (float16 halves the file; the hf backend upcasts on CPU)
+    device: str = "cpu"          # the shipped model is trained on cpu (deterministic); cuda for quick trials
     steps: int = 1000
     batch_size: int = 8
     lr: float = 2e-3
@@ -113,113 +117,220 @@ def encode(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
     return enc.ids, labels
 
 
-# ----------------------------------------------------------------------------- training
+# ----------------------------------------------------------------------------- packing
 
-def load_conversations(path: str) -> list[list[dict]]:
-    if not Path(path).exists():
-        raise UsageError(f"training data {path} not found: run `python -m scripts.make_expert_data --out {path}` first")
-    rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
-        raise UsageError(f"training data {path} is empty")
-    return [r["messages"] for r in rows]
+@dataclass
+class Pack:
+    """Examples that share a prompt prefix, merged into one token tree: each
+    token once, in insertion order (a parent always before its children).
+    The model reads it as one row where a token attends to its ancestors
+    only and sits at its depth, so every example sees exactly its own prompt
+    while the shared part (the verifier's task and history, identical for a
+    correct step and the mistakes put in at the same point) is computed once."""
 
+    ids: list[int] = field(default_factory=list)
+    labels: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)   # -1 for the first token
+    depth: list[int] = field(default_factory=list)
 
-def batches(examples: list[tuple[list[int], list[int]]], cfg: TrainConfig, rng: random.Random):
-    """Endless shuffled batches; examples of similar length share a batch (less padding)."""
-    while True:
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        chunk = cfg.batch_size * 16
-        groups = []
-        for i in range(0, len(order), chunk):
-            part = sorted(order[i:i + chunk], key=lambda j: len(examples[j][0]))
-            groups += [part[k:k + cfg.batch_size] for k in range(0, len(part), cfg.batch_size)]
-        rng.shuffle(groups)
-        yield from groups
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
-def collate(examples, idxs, pad_id: int, skip: int):
-    """Right-padded suffixes (tokens after the shared prefix) with labels and mask."""
+def pack_examples(examples: list[tuple[list[int], list[int]]]) -> Pack:
+    pack, children = Pack(), {}
+    for ids, labels in examples:
+        node = -1
+        for tid, label in zip(ids, labels):
+            child = children.get((node, tid))
+            if child is None:
+                child = children[(node, tid)] = len(pack.ids)
+                pack.ids.append(tid)
+                pack.labels.append(label)
+                pack.parents.append(node)
+                pack.depth.append(pack.depth[node] + 1 if node >= 0 else 0)
+            elif label != -100:
+                pack.labels[child] = label
+            node = child
+    return pack
+
+
+def ancestors(pack: Pack):
+    """Boolean matrix: row j marks token j and its ancestors (what j attends to)."""
     import torch
 
-    n = max(len(examples[i][0]) for i in idxs) - skip
-    ids = torch.full((len(idxs), n), pad_id, dtype=torch.long)
-    labels = torch.full((len(idxs), n), -100, dtype=torch.long)
-    mask = torch.zeros((len(idxs), n), dtype=torch.long)
-    for row, i in enumerate(idxs):
-        x, y = examples[i][0][skip:], examples[i][1][skip:]
-        ids[row, :len(x)] = torch.tensor(x)
-        labels[row, :len(y)] = torch.tensor(y)
-        mask[row, :len(x)] = 1
-    return ids, labels, mask
+    anc = torch.zeros((len(pack), len(pack)), dtype=torch.bool)
+    for j, parent in enumerate(pack.parents):
+        if parent >= 0:
+            anc[j] = anc[parent]
+        anc[j, j] = True
+    return anc
 
 
-def common_prefix_len(examples) -> int:
-    first = examples[0][0]
+def common_prefix_len(packs: list[Pack]) -> int:
+    """Leading tokens every pack shares (a chain at the start of each pack)."""
+    first = packs[0].ids
     n = len(first) - 1
-    for ids, _ in examples:
+    for p in packs:
         k = 0
-        while k < min(n, len(ids) - 1) and ids[k] == first[k]:
+        while k < min(n, len(p) - 1) and p.ids[k] == first[k] and p.parents[k] == k - 1:
             k += 1
         n = k
     return n
 
 
-def batch_loss(model, prefix, ids, labels, mask):
-    """Mean next-token loss on the labelled tokens. The prefix every conversation
-    shares (system, instruction, "Ok.") is run once per batch and its keys and
-    values are repeated for the batch: a third of the compute on this data.
-    The vocabulary projection runs only where there is a label."""
+@dataclass
+class Batch:
+    ids: object        # (b, q) suffix tokens after the shared prefix, right-padded
+    labels: object     # (b, q) -100 where no loss
+    positions: object  # (b, q) depth of each token
+    parents: object    # (b, q) row index (in the suffix) of the token that predicts it
+    mask: object       # (b, 1, q, prefix + q) what each suffix token attends to
+
+    def to(self, device: str) -> "Batch":
+        return Batch(*(getattr(self, f.name).to(device) for f in fields(self)))
+
+
+def collate(packs: list[Pack], idxs: list[int], pad_id: int, skip: int) -> Batch:
+    """The suffixes (tokens after the shared ``skip``-token prefix) of some packs."""
     import torch
 
-    b, p = ids.shape[0], prefix.shape[1]
+    q = max(len(packs[i]) for i in idxs) - skip
+    b = len(idxs)
+    ids = torch.full((b, q), pad_id, dtype=torch.long)
+    labels = torch.full((b, q), -100, dtype=torch.long)
+    positions = torch.zeros((b, q), dtype=torch.long)
+    parents = torch.zeros((b, q), dtype=torch.long)
+    mask = torch.zeros((b, 1, q, skip + q), dtype=torch.bool)
+    mask[:, 0, torch.arange(q), skip + torch.arange(q)] = True   # padding rows see themselves (no empty rows)
+    for row, i in enumerate(idxs):
+        p, n = packs[i], len(packs[i]) - skip
+        ids[row, :n] = torch.tensor(p.ids[skip:])
+        labels[row, :n] = torch.tensor(p.labels[skip:])
+        positions[row, :n] = torch.tensor(p.depth[skip:])
+        parents[row, :n] = (torch.tensor(p.parents[skip:]) - skip).clamp(min=0)
+        mask[row, 0, :n, :skip + n] = ancestors(p)[skip:]
+    return Batch(ids, labels, positions, parents, mask)
+
+
+# ----------------------------------------------------------------------------- training
+
+def load_rows(paths: list[str]) -> list[dict]:
+    rows = []
+    for path in paths:
+        if not Path(path).exists():
+            raise UsageError(f"training data {path} not found: run `python -m scripts.make_expert_data --out {path}` "
+                             "(or scripts.make_verifier_data for verifier data) first")
+        rows += [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        raise UsageError(f"training data {', '.join(paths)} is empty")
+    return rows
+
+
+def batches(groups: list[list[Pack]], cfg: TrainConfig, rng: random.Random):
+    """Endless shuffled batches of (group index, pack indices); a batch holds
+    packs of one group (one shared prefix) and of similar length."""
+    while True:
+        out = []
+        for g, packs in enumerate(groups):
+            order = list(range(len(packs)))
+            rng.shuffle(order)
+            chunk = cfg.batch_size * 16
+            for i in range(0, len(order), chunk):
+                part = sorted(order[i:i + chunk], key=lambda j: len(packs[j]))
+                out += [(g, part[k:k + cfg.batch_size]) for k in range(0, len(part), cfg.batch_size)]
+        rng.shuffle(out)
+        yield from out
+
+
+def batch_loss(model, prefix, batch: Batch):
+    """Mean next-token loss on the labelled tokens. The prefix every pack of
+    the batch shares (system, instruction, "Ok." for the policy; the
+    verifier's opening for verifier packs) is run once and its keys and
+    values repeated for the batch. A token is predicted from its parent's
+    output (its predecessor in its own example). The vocabulary projection
+    runs only where there is a label."""
+    import torch
+
+    b = batch.ids.shape[0]
     cache = model.model(input_ids=prefix, use_cache=True).past_key_values
     cache.batch_repeat_interleave(b)
-    full_mask = torch.cat([torch.ones(b, p, dtype=mask.dtype), mask], dim=1)
-    positions = torch.arange(p, p + ids.shape[1]).unsqueeze(0).expand(b, -1)
-    hidden = model.model(input_ids=ids, attention_mask=full_mask, past_key_values=cache,
-                         position_ids=positions, use_cache=True).last_hidden_state
-    target = labels[:, 1:]
-    keep = target != -100
+    hidden = model.model(input_ids=batch.ids, attention_mask=batch.mask, past_key_values=cache,
+                         position_ids=batch.positions, use_cache=True).last_hidden_state
+    keep = batch.labels != -100
     if not keep.any():
         return hidden.sum() * 0.0
-    logits = model.lm_head(hidden[:, :-1][keep])
-    return torch.nn.functional.cross_entropy(logits, target[keep])
+    rows = torch.arange(b, device=batch.parents.device).unsqueeze(1).expand_as(batch.parents)
+    logits = model.lm_head(hidden[rows[keep], batch.parents[keep]])
+    return torch.nn.functional.cross_entropy(logits, batch.labels[keep])
 
 
-def train(cfg: TrainConfig) -> dict:
-    import torch
+def make_packs(rows: list[dict], tok, cfg: TrainConfig) -> list[list[Pack]]:
+    """Packs grouped by system prompt (policy / verifier). Rows with the same
+    ``pack`` key (consecutive in the data) share a pack, at most
+    ``pack_examples`` each; packs over ``max_len`` tokens are skipped."""
+    groups: dict[str, list[Pack]] = {}
+    pending: list[dict] = []
+    skipped = 0
+
+    def flush() -> None:
+        nonlocal skipped
+        if pending:
+            p = pack_examples([encode(tok, r["messages"]) for r in pending])
+            if len(p) <= cfg.max_len:
+                groups.setdefault(pending[0]["messages"][0]["content"], []).append(p)
+            else:
+                skipped += 1
+            pending.clear()
+
+    for row in rows:
+        if pending and (row.get("pack") is None or row.get("pack") != pending[0].get("pack")
+                        or len(pending) >= cfg.pack_examples):
+            flush()
+        pending.append(row)
+    flush()
+    for name, packs in groups.items():
+        lengths = sorted(len(p) for p in packs)
+        log.info("%r: %d packs, tokens per pack median %d, max %d", name[:30], len(packs),
+                 lengths[len(lengths) // 2], lengths[-1])
+    log.info("%d packs over max_len %d skipped", skipped, cfg.max_len)
+    if not groups:
+        raise UsageError(f"every conversation is longer than --max_len {cfg.max_len} tokens")
+    return list(groups.values())
+
+
+def prepare_examples(cfg: TrainConfig):
+    """(tokenizer, packs per group, shared-prefix length per group) from the JSONL files."""
+    rows = load_rows([cfg.data] + ([cfg.verifier_data] if cfg.verifier_data else []))
+    tok = train_tokenizer([render(r["messages"])[0] for r in rows], cfg.vocab_size)
+    groups = make_packs(rows, tok, cfg)
+    skips = [common_prefix_len(packs) for packs in groups]
+    for packs, skip in zip(groups, skips):
+        assert all(y == -100 for p in packs for y in p.labels[:skip + 1]), "the shared prefix must carry no loss"
+    log.info("shared prefixes: %s tokens", skips)
+    return tok, groups, skips
+
+
+def build_model(cfg: TrainConfig, tok):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads)
-    rng = random.Random(cfg.seed)
-    conversations = load_conversations(cfg.data)
-    texts = [render(c)[0] for c in conversations]
-    tok = train_tokenizer(texts, cfg.vocab_size)
-    examples = [encode(tok, c) for c in conversations]
-    kept = [e for e in examples if len(e[0]) <= cfg.max_len]
-    if not kept:
-        raise UsageError(f"every conversation is longer than --max_len {cfg.max_len} tokens")
-    lengths = sorted(len(e[0]) for e in kept)
-    log.info("%d conversations (%d over max_len skipped); tokens per conversation median %d, max %d",
-             len(kept), len(examples) - len(kept), lengths[len(lengths) // 2], lengths[-1])
-
-    pad_id = tok.token_to_id(PAD)
-    skip = common_prefix_len(kept)
-    prefix = torch.tensor([kept[0][0][:skip]])
-    assert all(y == -100 for e in kept for y in e[1][:skip + 1]), "the shared prefix must carry no loss"
-    log.info("shared prefix: %d tokens", skip)
     config = LlamaConfig(
         vocab_size=tok.get_vocab_size(), hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
         num_hidden_layers=cfg.layers, num_attention_heads=cfg.hidden // 64, num_key_value_heads=cfg.hidden // 64,
         head_dim=64, max_position_embeddings=4096, rope_theta=10000.0, tie_word_embeddings=True,
         bos_token_id=tok.token_to_id(BOS), eos_token_id=[tok.token_to_id(EOT), tok.token_to_id(EOS_TEXT)],
-        pad_token_id=pad_id, torch_dtype="float32",
+        pad_token_id=tok.token_to_id(PAD), torch_dtype="float32",
     )
     model = LlamaForCausalLM(config)
-    n_params = sum(p.numel() for p in model.parameters())
-    log.info("model: %.2fM parameters", n_params / 1e6)
+    log.info("model: %.2fM parameters", sum(p.numel() for p in model.parameters()) / 1e6)
+    return model
+
+
+def fit(cfg: TrainConfig, model, groups: list[list[Pack]], skips: list[int], pad_id: int,
+        rng: random.Random) -> float:
+    """AdamW with warm-up then cosine to 5% of the peak; returns the loss EMA."""
+    import torch
+
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -231,42 +342,57 @@ def train(cfg: TrainConfig) -> dict:
         progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
         return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
+    prefixes = [torch.tensor([packs[0].ids[:skip]], device=cfg.device) for packs, skip in zip(groups, skips)]
     model.train()
-    stream = batches(kept, cfg, rng)
-    start, ema = time.time(), None
+    stream, ema = batches(groups, cfg, rng), None
     bar = tqdm(range(cfg.steps), desc="training")
     for step in bar:
-        ids, labels, mask = collate(kept, next(stream), pad_id, skip)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        loss = batch_loss(model, prefix, ids, labels, mask)
+        g, idxs = next(stream)
+        batch = collate(groups[g], idxs, pad_id, skips[g]).to(cfg.device)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        loss = batch_loss(model, prefixes[g], batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         bar.set_postfix(loss=f"{ema:.3f}")
-        if step % 50 == 0:
-            log.debug("step %d loss %.4f", step, loss.item())
-    minutes = (time.time() - start) / 60
+    return ema
 
-    out = Path(cfg.out)
+
+def save_model(model, tok, out: Path, stats: dict) -> None:
+    """Written to a temporary folder and renamed: a killed run leaves the old model."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.eval()
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.pad_token_id = pad_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
+    model.generation_config.pad_token_id = model.config.pad_token_id
     model.save_pretrained(tmp, safe_serialization=True)
     save_tokenizer(tok, tmp)
-    stats = {"parameters": n_params, "train_minutes": round(minutes, 1), "final_loss_ema": round(ema, 4),
-             "conversations": len(kept), "config": asdict(cfg)}
     (tmp / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-    keep = out / "README.md"  # the model card is written by hand; keep it across retrains
-    if keep.exists():
-        shutil.copy(keep, tmp / "README.md")
+    card = out / "README.md"  # the model card is written by hand; keep it across retrains
+    if card.exists():
+        shutil.copy(card, tmp / "README.md")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+
+
+def train(cfg: TrainConfig) -> dict:
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads)
+    rng = random.Random(cfg.seed)
+    tok, groups, skips = prepare_examples(cfg)
+    model = build_model(cfg, tok).to(cfg.device)
+    start = time.time()
+    ema = fit(cfg, model, groups, skips, tok.token_to_id(PAD), rng)
+    stats = {"parameters": sum(p.numel() for p in model.parameters()),
+             "train_minutes": round((time.time() - start) / 60, 1), "final_loss_ema": round(ema, 4),
+             "packs": [len(packs) for packs in groups], "config": asdict(cfg)}
+    save_model(model.cpu().to(getattr(torch, cfg.save_dtype)), tok, Path(cfg.out), stats)
     return stats
 
 
@@ -280,7 +406,7 @@ def main() -> int:
     if cfg.hidden % 64:
         raise UsageError(f"--hidden {cfg.hidden}: must be a multiple of 64 (head_dim 64)")
     stats = train(cfg)
-    print(f"saved {cfg.out}: {stats['parameters'] / 1e6:.2f}M parameters, {stats['conversations']} conversations, "
+    print(f"saved {cfg.out}: {stats['parameters'] / 1e6:.2f}M parameters, {sum(stats['packs'])} packs, "
           f"{cfg.steps} steps in {stats['train_minutes']} min, final loss {stats['final_loss_ema']}")
     return 0
 

@@ -7,8 +7,8 @@ from agentenv_servers.textcraft_env import TextCraftGame
 from agentenv_servers.textcraft_expert import solve
 from agentenv_client import load_instruction
 from scripts.make_expert_data import expert_conversation, train_indices
-from scripts.train_tiny_model import (EOT, PAD, batch_loss, collate, common_prefix_len, encode, render,
-                                      train_tokenizer)
+from scripts.train_tiny_model import (EOT, PAD, batch_loss, collate, common_prefix_len, encode, pack_examples,
+                                      render, train_tokenizer)
 
 
 def conversations(indices):
@@ -37,19 +37,51 @@ def test_loss_covers_exactly_the_trained_assistant_turns():
         assert trained == expected
 
 
+def tiny_model(tok):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
+                                        num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
+                                        head_dim=64, tie_word_embeddings=True))
+
+
+def plain_loss(model, examples, pad):
+    """The textbook loss: each example its own padded row, labels shifted by one."""
+    n = max(len(ids) for ids, _ in examples)
+    ids = torch.full((len(examples), n), pad)
+    labels = torch.full((len(examples), n), -100)
+    mask = torch.zeros((len(examples), n), dtype=torch.long)
+    for row, (x, y) in enumerate(examples):
+        ids[row, :len(x)], labels[row, :len(y)], mask[row, :len(x)] = torch.tensor(x), torch.tensor(y), 1
+    return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+
 def test_shared_prefix_loss_equals_the_plain_loss():
     convs = conversations([131, 136, 302, 301])
     tok = train_tokenizer([render(c)[0] for c in convs], 600)
     examples = [encode(tok, c) for c in convs]
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=64, intermediate_size=128,
-                                         num_hidden_layers=2, num_attention_heads=1, num_key_value_heads=1,
-                                         head_dim=64, tie_word_embeddings=True))
+    model = tiny_model(tok)
     pad = tok.token_to_id(PAD)
-    skip = common_prefix_len(examples)
+    packs = [pack_examples([e]) for e in examples]
+    skip = common_prefix_len(packs)
     assert skip > 200  # system prompt + instruction
-    ids, labels, mask = collate(examples, [0, 1, 2, 3], pad, skip)
-    fast = batch_loss(model, torch.tensor([examples[0][0][:skip]]), ids, labels, mask)
-    ids, labels, mask = collate(examples, [0, 1, 2, 3], pad, 0)
-    plain = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-    assert torch.allclose(fast, plain, atol=1e-5)
+    fast = batch_loss(model, torch.tensor([packs[0].ids[:skip]]), collate(packs, [0, 1, 2, 3], pad, skip))
+    assert torch.allclose(fast, plain_loss(model, examples, pad), atol=1e-5)
+
+
+def test_a_pack_of_examples_sharing_a_prompt_gives_each_its_own_loss():
+    """Three replies to one prompt and two to another, packed as token trees:
+    the same loss as five separate rows (each token counted once per example)."""
+    prompt_a = [{"role": "system", "content": "Judge."}, {"role": "user", "content": "Step: get 1 oak log"}]
+    prompt_b = [{"role": "system", "content": "Judge."}, {"role": "user", "content": "Step: craft 4 oak planks"}]
+    replies = ["Good, it helps.", "Bad, it fails.", "Uncertain for now."]
+    convs = [p + [{"role": "assistant", "content": r}] for p, rs in ((prompt_a, replies), (prompt_b, replies[:2]))
+             for r in rs]
+    tok = train_tokenizer([render(c)[0] for c in convs], 400)
+    examples = [encode(tok, c) for c in convs]
+    model = tiny_model(tok)
+    pad = tok.token_to_id(PAD)
+    packs = [pack_examples(examples[:3]), pack_examples(examples[3:])]
+    assert len(packs[0]) < sum(len(ids) for ids, _ in examples[:3])
+    skip = common_prefix_len(packs)
+    packed = batch_loss(model, torch.tensor([packs[0].ids[:skip]]), collate(packs, [0, 1], pad, skip))
+    assert torch.allclose(packed, plain_loss(model, examples, pad), atol=1e-5)

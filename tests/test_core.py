@@ -1,6 +1,5 @@
 """Conversation layout, tree schema and atomic IO: the pieces every stage shares."""
 import json
-import math
 
 import pytest
 
@@ -61,7 +60,7 @@ def test_node_json_key_order_and_roundtrip(tmp_path):
     assert tuple(data) == NODE_KEYS
     assert tuple(data["children"][1]["children"][0]) == NODE_KEYS
     assert data["prior"] == 1 and data["puct_value"] == 0.5
-    assert math.isinf(data["children"][1]["children"][0]["puct_value"])
+    assert data["children"][1]["children"][0]["puct_value"] == 0     # unvisited: 0, as the reference wrote it
     atomic_write_json(tmp_path / "t.json", data)
     again = load_tree(tmp_path / "t.json")
     assert again.to_dict() == data

@@ -10,7 +10,7 @@ import requests
 
 from agentenv_client import EnvServerError, SciworldEnvClient
 from agentenv_client.sciworld import SCIWORLD_TASKS, build_game_list, build_game_nums, closest_action
-from agent_r.tasks import SCIWORLD_TRAIN_TASK_NUMS
+from agent_r.envs.sciworld import SCIWORLD_TRAIN_TASK_NUMS
 from tests.support.env_fixtures import rss_kib, start_server, stop_server
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_r.tasks import get_rules
+from agent_r.envs import get_env
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY_KEYS = ("tasks", "score_x100", "success_rate", "mean_steps", "step_limit", "disaster", "failed", "loops")
@@ -31,7 +31,7 @@ def test_tiny_model_hf_backend_end_to_end(tmp_path, tiny_model_dir, textcraft_se
                     env={"TASK": "textcraft", "MODEL_DIR": tiny_model_dir, "MODEL_NAME": "tiny", "TEMP": "0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = out / "textcraft" / "tiny_eval"
-    expected = get_rules("textcraft").split_indices("test")[:3]
+    expected = get_env("textcraft").split_indices("test")[:3]
     files = sorted(run_dir.glob("search_results_*.json"))
     assert sorted(int(p.stem.rsplit("_", 1)[1]) for p in files) == sorted(expected)
     results = [json.loads(p.read_text()) for p in files]
@@ -104,9 +104,12 @@ def test_killed_run_resumes_to_the_same_summary(tmp_path, textcraft_server):
 @pytest.mark.parametrize("env,args,message", [
     ({"TASK": "minecraft"}, [], "unknown TASK='minecraft'"),
     ({"TASK": "textcraft"}, ["--split_file", "/nonexistent/split.json"], "split file /nonexistent/split.json does not exist"),
-    ({"TASK": "webshop"}, [], "has no bundled test split"),
-    ({"TASK": "textcraft"}, ["--max_steps", "0"], "--max_steps must be >= 1"),
+    ({"TASK": "webshop"}, ["--split", "project"], "--split='project' is not a webshop split"),
+    ({"TASK": "textcraft"}, ["--max_steps", "0"], "--max_steps=0 is too small"),
+    ({"TASK": "textcraft"}, ["--limit", "0"], "--limit=0 is too small"),
     ({"TASK": "textcraft", "TEMP": "hot"}, [], "TEMP='hot' is not a number"),
+    ({"TASK": "textcraft", "MAX_TOKEN_LENGTH": "99"}, [], "MAX_TOKEN_LENGTH=99 is too small"),
+    ({"TASK": ""}, [], "environment variable TASK is not set"),
 ])
 def test_bad_input_is_one_line_exit_2(env, args, message):
     proc = run_eval(args, env={"MODEL_DIR": "/nonexistent-model", **env})
@@ -126,3 +129,55 @@ def test_unreachable_server_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "127.0.0.1" in lines[0], proc.stderr
+
+
+def test_an_episode_that_fails_for_good_exits_1_and_is_retried(tmp_path, textcraft_server):
+    """The real server rejects task -1 (a negative index) on every reset: that
+    episode is restarted, recorded with ended_by "error", the others finish,
+    and the run exits 1; a rerun retries only the failed one."""
+    table = tmp_path / "policy.json"
+    table.write_text(json.dumps({"default": ["Action: inventory"]}))
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps([{"item_id": "textcraft_0"}, -1, {"item_id": "textcraft_4"}]))
+    args = ["--env_server_base", textcraft_server, "--backend", "python:tests.support.doubles:table_backend",
+            "--split_file", str(split), "--max_steps", "2", "--output_dir", str(tmp_path / "out"),
+            "--env_retries", "1", "--env_retry_delay", "0"]
+    env = {"TASK": "textcraft", "MODEL_DIR": str(table), "MODEL_NAME": "t"}
+    proc = run_eval(args, env=env)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    run_dir = tmp_path / "out" / "textcraft" / "t_eval"
+    failed = json.loads((run_dir / "search_results_-1.json").read_text())
+    assert failed["ended_by"] == "error" and "data_idx must be >= 0" in failed["error"]
+    assert failed["env_score"] == 0.0 and failed["success"] is False
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["tasks"], summary["failed"], summary["step_limit"]) == (3, 1, 2)
+    assert "1 of 3 episodes failed" in proc.stdout
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["items"]["-1"]["env_restarts"] == 1 and manifest["finished"] is not None
+
+    stamp = (run_dir / "search_results_0.json").stat().st_mtime_ns
+    again = run_eval(args, env=env)
+    assert again.returncode == 1 and "1 of 1 episodes failed" in again.stdout
+    assert (run_dir / "search_results_0.json").stat().st_mtime_ns == stamp
+    assert json.loads((run_dir / "summary.json").read_text())["backend_stats"]["requests"] == 0
+
+
+def test_help_lists_every_setting():
+    from agent_r.evaluation import EvalSettings
+    from agent_r.settings import BackendSettings
+    from dataclasses import fields
+
+    proc = run_eval(["--help"])
+    assert proc.returncode == 0
+    for cls in (EvalSettings, BackendSettings):
+        for f in fields(cls):
+            if f.metadata.get("nested"):
+                continue
+            flag = f.metadata["flag"]
+            names = [f"--{f.name}" if flag is True else flag, f.metadata["env"]]
+            assert any(n and n in proc.stdout for n in names), f.name
+    for name in ("TASK", "MODEL_TYPE", "TEMP", "MAX_TOKEN_LENGTH", "MODEL_DIR", "MODEL_NAME", "BACKEND",
+                 "--env_server_base", "--model_name", "--max_steps", "--split_file", "--output_dir", "--concurrency",
+                 "--seed", "--backend", "--max_new_tokens", "--limit", "--compare", "--revise_from",
+                 "--env_retries", "--env_retry_delay"):
+        assert name in proc.stdout, name

@@ -6,8 +6,10 @@ import pytest
 
 from agent_r import conversation as conv
 from agent_r import evaluation as ev
-from agent_r.textcraft_expert import solve
-from agent_r.tasks import get_rules
+from agent_r import report
+from agent_r.envs import get_env
+from agent_r.settings import BackendSettings
+from agentenv_servers.textcraft_expert import solve
 from tests.support.doubles import ScriptedBackend
 
 SOLVED, LOOPING = 0, 1  # split positions: the policy solves task 0 and loops on task 1
@@ -46,10 +48,11 @@ def goal_of(idx):
 
 
 def config(tmp_path, url, split, **kw):
-    base = dict(task="textcraft", model_name="scripted", model_type="eval", output_dir=str(tmp_path / "out"),
-                env_server_base=url, split_file=split, max_steps=4, concurrency=2, max_token_length=100000)
+    base = dict(task="textcraft", backend=BackendSettings(model_name="scripted"), model_type="eval",
+                output_dir=str(tmp_path / "out"), env_server_base=url, split_file=split, max_steps=4, concurrency=2,
+                max_token_length=100000, env_retry_delay=0.0)
     base.update(kw)
-    return ev.EvalConfig(**base)
+    return ev.EvalSettings(**base)
 
 
 def read_results(cfg):
@@ -62,7 +65,9 @@ def test_scores_steps_step_limit_and_batching(tmp_path, textcraft_server):
     assert plan_len <= 4, "pick a task the expert solves within max_steps"
     backend = ScriptedBackend(expert_or_loop({goal}))
     cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [solved_idx, loop_idx]), max_steps=4)
-    summary = ev.evaluate(cfg, backend)
+    done = ev.evaluate(cfg, backend)
+    summary = done.summary
+    assert (done.ran, done.failed, done.skipped, done.exit_code) == (2, 0, 0, 0)
 
     res = read_results(cfg)
     assert set(res) == {f"search_results_{solved_idx}.json", f"search_results_{loop_idx}.json"}
@@ -91,37 +96,45 @@ def test_scores_steps_step_limit_and_batching(tmp_path, textcraft_server):
     on_disk = json.loads((cfg.run_dir() / "summary.json").read_text())
     assert on_disk["score_x100"] == summary["score_x100"] and on_disk["config"]["max_steps"] == 4
     manifest = json.loads((cfg.run_dir() / "manifest.json").read_text())
-    assert manifest["items"][str(loop_idx)] == {"env_score": 0.0, "step_num": 4, "ended_by": "step_limit"}
+    assert manifest["items"][str(loop_idx)] == {"env_score": 0.0, "step_num": 4, "ended_by": "step_limit",
+                                                "env_restarts": 0}
+    assert manifest["config"]["model_name"] == "scripted" and manifest["config"]["backend"]["model_name"] == "scripted"
     assert manifest["finished"] is not None and manifest["config"]["concurrency"] == 2
 
 
 def test_results_do_not_depend_on_concurrency(tmp_path, textcraft_server):
-    """A seed-dependent policy gives identical trajectories at concurrency 1 and
-    3: request seeds derive from (seed, task, step), not from batch position."""
-    actions = ["inventory", "get 1 stick", "get 2 iron ingot", "craft 1 stick using 1 oak planks"]
+    """A seed-dependent policy gives identical result files at concurrency 1, 3
+    and 8: request seeds derive from (seed, task, step), not from batch
+    position, and the episodes end at different steps so batches shrink."""
+    actions = ["inventory", "get 1 stick", "get 2 iron ingot", "craft 1 stick using 1 oak planks", "get 1 oak logs"]
 
     def policy(messages, i, seed):
         return f"Thought: seed {seed}.\nAction: {actions[seed % len(actions)]}"
 
-    split = split_file(tmp_path, [0, 5, 9, 11])
-    runs = []
-    for conc in (1, 3):
-        cfg = config(tmp_path, textcraft_server, split, concurrency=conc, max_steps=3, model_type=f"c{conc}", seed=7)
-        ev.evaluate(cfg, ScriptedBackend(policy))
-        runs.append({k: v["state"] for k, v in read_results(cfg).items()})
-    assert runs[0] == runs[1] and len(runs[0]) == 4
+    split = split_file(tmp_path, [0, 5, 9, 11, 13, 17, 20, 24, 31, 40])
+    runs, batches = [], []
+    for conc in (1, 3, 8):
+        cfg = config(tmp_path, textcraft_server, split, concurrency=conc, max_steps=6, model_type=f"c{conc}", seed=7)
+        backend = ScriptedBackend(policy)
+        ev.evaluate(cfg, backend)
+        runs.append(read_results(cfg))
+        batches.append(max(backend.batch_sizes))
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 10
+    assert batches == [1, 3, 8]
 
 
 def test_resume_skips_done_and_redoes_corrupt(tmp_path, textcraft_server):
     split = split_file(tmp_path, [0, 1, 2])
     cfg = config(tmp_path, textcraft_server, split, max_steps=2)
-    first = ev.evaluate(cfg, ScriptedBackend(lambda m, i, s: "Action: inventory"))
+    first = ev.evaluate(cfg, ScriptedBackend(lambda m, i, s: "Action: inventory")).summary
     run_dir = cfg.run_dir()
     (run_dir / "search_results_1.json").write_text('{"task_id": 1, "env_sc')  # a torn write from elsewhere
     stamp = (run_dir / "search_results_0.json").stat().st_mtime_ns
     again = ScriptedBackend(lambda m, i, s: "Action: inventory")
-    second = ev.evaluate(cfg, again)
+    second_run = ev.evaluate(cfg, again)
+    second = second_run.summary
     assert again.stats.requests == 2  # only task 1, two steps
+    assert (second_run.ran, second_run.skipped) == (1, 2)
     assert (run_dir / "search_results_0.json").stat().st_mtime_ns == stamp
     assert json.loads((run_dir / "search_results_1.json").read_text())["step_num"] == 2
     keys = ("tasks", "score_x100", "success_rate", "mean_steps", "step_limit", "failed", "loops")
@@ -164,34 +177,39 @@ class FlakyClientDouble:
 @pytest.mark.parametrize("fail_times,ended_by", [(1, "step_limit"), (5, "error")])
 def test_env_errors_are_retried_then_recorded(tmp_path, textcraft_server, fail_times, ended_by):
     FlakyClientDouble.failures = {}
-    rules = get_rules("textcraft")
+    rules = get_env("textcraft")
     seq = ["inventory", "get 1 boom", "inventory"]
     policy = lambda m, i, s: f"Action: {seq[model_turns(m) % 3]}"  # noqa: E731
     new_client = lambda: FlakyClientDouble(rules.make_client(textcraft_server), fail_times, fail_action="get 1 boom")  # noqa: E731
     cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 4]), max_steps=3, env_retries=2)
-    summary = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
+    done = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
+    summary = done.summary
     res = read_results(cfg)
     ended = sorted(r["ended_by"] for r in res.values())
     if ended_by == "error":
         # both episodes hit the failing action; 5 failures: one episode spends 3 (1 try + 2 retries)
         # and is recorded as failed, the other recovers
         assert ended == ["error", "step_limit"] and summary["failed"] == 1
+        assert (done.failed, done.exit_code) == (1, 1)
+        manifest = json.loads((cfg.run_dir() / "manifest.json").read_text())
+        assert [item["env_restarts"] for item in manifest["items"].values()] == [2, 2]  # in lockstep
         err = next(r for r in res.values() if r["ended_by"] == "error")
         assert "simulated failure" in err["error"] and err["env_score"] == 0.0
         # errors are redone by a rerun (they may have been transient)
         FlakyClientDouble.failures = {("step", "get 1 boom"): 99}
         again = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
-        assert again["failed"] == 0 and again["tasks"] == 2
+        assert again.summary["failed"] == 0 and again.summary["tasks"] == 2
+        assert (again.ran, again.failed, again.exit_code) == (1, 0, 0)
     else:
         # the failed episode restarted from its reset and produced a clean trajectory
-        assert ended == ["step_limit", "step_limit"] and summary["failed"] == 0
+        assert ended == ["step_limit", "step_limit"] and summary["failed"] == 0 and done.exit_code == 0
         for r in res.values():
-            assert ev.episode_actions(r["state"]) == seq
+            assert report.episode_actions(r["state"]) == seq
 
 
 def test_failed_reset_is_retried_before_any_model_call(tmp_path, textcraft_server):
     FlakyClientDouble.failures = {}
-    rules = get_rules("textcraft")
+    rules = get_env("textcraft")
     new_client = lambda: FlakyClientDouble(rules.make_client(textcraft_server), 2, fail_reset=4)  # noqa: E731
     seen = []
 
@@ -201,7 +219,7 @@ def test_failed_reset_is_retried_before_any_model_call(tmp_path, textcraft_serve
 
     cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 4]), max_steps=2, env_retries=2)
     backend = ScriptedBackend(policy)
-    summary = ev.evaluate(cfg, backend, new_client=new_client)
+    summary = ev.evaluate(cfg, backend, new_client=new_client).summary
     assert FlakyClientDouble.failures == {("reset", 4): 2}
     assert summary["failed"] == 0 and summary["step_limit"] == 2
     assert backend.batch_sizes == [2, 2]          # the failing start never reached the model
@@ -232,7 +250,7 @@ def test_revision_task_continues_from_replayed_state(tmp_path, textcraft_server)
         return plan.steps[k].turn() if k < len(plan.steps) else "Action: inventory"
 
     cfg = config(tmp_path, textcraft_server, None, revise_from=str(rev), max_steps=20)
-    summary = ev.evaluate(cfg, ScriptedBackend(policy))
+    summary = ev.evaluate(cfg, ScriptedBackend(policy)).summary
     assert cfg.run_dir().name == "scripted_eval_revise"
     # the first model call sees the replayed env's observation, not the stale stored one
     first = seen[0]
@@ -255,7 +273,7 @@ def test_sciworld_wrong_focus_is_a_disaster_scored_zero(tmp_path, sciworld_serve
     policy = lambda m, i, s: turns[model_turns(m)]  # noqa: E731
     cfg = config(tmp_path, sciworld_server, split_file(tmp_path, [0], "sciworld"), task="sciworld", max_steps=3,
                  concurrency=1)
-    summary = ev.evaluate(cfg, ScriptedBackend(policy))
+    summary = ev.evaluate(cfg, ScriptedBackend(policy)).summary
     (res,) = read_results(cfg).values()
     assert res["state"][3]["content"].startswith("Your task is to boil water")
     assert (res["env_score"], res["step_num"], res["ended_by"], res["success"]) == (0.0, 2, "disaster", False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent_r import export, revision
-from agent_r.revision import RevisionConfig
+from agent_r.revision_data import PathSettings
 from tests.support import tree_fixtures as tf
 from tests.support.doubles import ScriptedBackend
 
@@ -17,13 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def revision_rows(root, verifier_labels=None, idx=0):
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, revise=verifier_labels is not None)
+    cfg = PathSettings(task="textcraft", alpha=0.5, beta=0.5, revise=verifier_labels is not None).revision_config()
     backend = ScriptedBackend(tf.verifier_policy(verifier_labels or {}))
     return revision.process_trees([revision.plan_tree(idx, root, cfg)], cfg, backend)[0].rows
 
 
 def good_rows(root, idx=0):
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, data_type="good")
+    cfg = PathSettings(task="textcraft", alpha=0.5, beta=0.5, data_type="good").revision_config()
     return revision.process_trees([revision.plan_tree(idx, root, cfg)], cfg, None)[0].rows
 
 
@@ -79,14 +79,10 @@ def test_dpo_layouts_split_at_the_shared_prefix():
     assert set(trl) == {"prompt", "chosen", "rejected"}
     assert [m["role"] for m in trl["prompt"]] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert trl["prompt"][4] == {"role": "assistant", "content": turn("get 1 oak log")}
-    assert trl["chosen"] == [
-        {"role": "assistant", "content": turn("craft 4 oak planks using 1 oak log")},
-        {"role": "user", "content": "Crafted 4 minecraft:oak_planks"},
-        {"role": "assistant", "content": turn("craft 4 stick using 2 oak planks")}]
-    assert trl["rejected"] == [
-        {"role": "assistant", "content": turn("get 1 diamond")},
-        {"role": "user", "content": "Could not find diamond"},
-        {"role": "assistant", "content": turn("inventory")}]
+    # TRL: one step, the first turns where the paths part (no observation in a completion)
+    assert trl["chosen"] == [{"role": "assistant", "content": turn("craft 4 oak planks using 1 oak log")}]
+    assert trl["rejected"] == [{"role": "assistant", "content": turn("get 1 diamond")}]
+    assert export.dpo_pairs([row, row], "trl") == [trl]                 # the same step pair once
     eto = export.dpo_pairs([row, row], "eto")
     assert [e["id"] for e in eto] == ["0_0", "0_1"]
     assert eto[0]["prompt"][0] == {"from": "human", "value": tf.INSTRUCTION}
@@ -127,3 +123,23 @@ def test_export_bad_input(tmp_path, content, needle):
     r = run_export("--format", "dpo", "--input", tmp_path / "missing.jsonl", "--output", tmp_path / "o.json")
     assert r.returncode == 2 and "does not exist" in r.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--format", "xtuner", "--input", "a.jsonl"], "export needs --output"),
+    ([], "export needs --format, --input, --output"),
+    (["--format", "sft", "--input", "a.jsonl", "--output", "o.json"], "--format='sft' is not one of xtuner, dpo"),
+    (["--format", "dpo", "--layout", "hf", "--input", "a.jsonl", "--output", "o.json"],
+     "--layout='hf' is not one of eto, trl"),
+])
+def test_export_settings_errors_are_one_line(args, needle):
+    r = run_export(*args)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_write_export_in_process(tmp_path):
+    cen = write_jsonl(tmp_path / "c.jsonl", revision_rows(tf.tree_split_at_root(), {}))
+    settings = export.ExportSettings(format="dpo", input=[str(cen)], output=str(tmp_path / "d.json"), layout="trl")
+    assert export.write_export(settings) == f"wrote 1 preference pairs (trl layout) from 1 revision rows to {settings.output}"
+    assert set(json.loads((tmp_path / "d.json").read_text())[0]) == {"prompt", "chosen", "rejected"}

@@ -1,21 +1,25 @@
 """Env-server faults, with real processes: the local TextCraft server is killed
 mid-run and restarted on the same port; a script gets Ctrl-C; a short soak.
-Each test owns its server, so a kill or a live-env count is its own."""
+Each test owns its server, so a kill or a live-env count is its own.
+
+No sleeps race the clock: every run that is disturbed mid-way is held at a
+known point by a gate (tests/support/faults.py ``Gate``) - e.g. "before the
+first model call after the 3rd tree file" - and the test kills the server or
+sends SIGINT while the run stands there, then releases it."""
 from __future__ import annotations
 
 import json
 import signal
 import subprocess
 import sys
-import time
 from urllib.parse import urlparse
 
 import pytest
 
 from agent_r.tree import load_tree
 from tests.support.env_fixtures import ROOT, free_port, start_server, stop_server
-from tests.support.faults import (LATENCY_TABLE, SEARCH_DOUBLE, files, kill, listen_addresses, live_envs, run_script,
-                                  start_server_on, wait_for)
+from tests.support.faults import (GATED, SEARCH_DOUBLE, SEARCH_INNER, TABLE_INNER, Gate, files, kill,
+                                  listen_addresses, live_envs, run_script, start_server_on, wait_for)
 
 SEARCH_ENV = {"TASK": "textcraft", "MAX_DEPTH": "3", "ITERA": "3", "N_GEN": "3"}
 
@@ -30,34 +34,39 @@ def own_server():
     stop_server(state["proc"])
 
 
-def crash_and_restart(state: dict, down_s: float = 1.0) -> None:
+def crash_and_restart(state: dict) -> None:
     kill(state["proc"])
-    time.sleep(down_s)
     state["proc"] = start_server_on("agentenv_servers.textcraft", state["port"])
 
 
 def test_search_survives_a_server_restart(tmp_path, own_server):
     """Trees in flight when the server dies restart from their root on a fresh
-    env; the run finishes (exit 0) with exactly the undisturbed run's trees."""
+    env; the run finishes (exit 0) with exactly the undisturbed run's trees.
+    The run is held after its 3rd tree (4 trees in flight, waiting for the
+    model) while the server is killed and restarted."""
     url = own_server["url"]
-    flags = ["--env_server_base", url, "--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "25",
+    flags = ["--env_server_base", url, "--backend", GATED, "--model_name", "m", "--min", "0", "--max", "25",
              "--concurrency", "4"]
-    ref = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "ref", env=SEARCH_ENV)
+    ref = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "ref",
+                     env={**SEARCH_ENV, **Gate(tmp_path / "g0").env(SEARCH_INNER)})
     assert ref.returncode == 0, ref.stderr[-2000:]
     expected = files(tmp_path / "ref" / "textcraft" / "m")
     assert len(expected) == 20
 
     folder = tmp_path / "run" / "textcraft" / "m"
-    proc = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "run",
-                      env={**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.1"}, wait=False)
-    wait_for(lambda: len(files(folder)) >= 3, proc, what="the first trees")
+    gate = Gate(tmp_path / "gate")
+    proc = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path / "run", wait=False,
+                      env={**SEARCH_ENV, **gate.env(SEARCH_INNER, files=(folder / "search_results_*.json", 3))})
+    gate.wait(proc)
+    assert live_envs(url) == 4                   # every tree in flight holds an env on the server
     crash_and_restart(own_server)
+    gate.release()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    assert "restarting its search from the root on a fresh env" in err  # trees were caught mid-flight
+    assert err.count("restarting it on a fresh env") >= 4  # each tree caught mid-flight restarted
     assert files(folder) == expected          # same trees, none partial, none lost
     manifest = json.loads((folder / "manifest.json").read_text())
-    assert sum(item["env_restarts"] for item in manifest["items"].values()) >= 1
+    assert sum(item["env_restarts"] for item in manifest["items"].values()) >= 4
     assert live_envs(own_server["url"]) == 0
 
 
@@ -65,22 +74,26 @@ def test_eval_survives_a_server_restart(tmp_path, own_server):
     table = tmp_path / "policy.json"
     table.write_text(json.dumps({"Inventory: You are not": ["Thought: t\nAction: get 1 stick"],
                                  "default": ["Thought: t\nAction: inventory"]}))
-    env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "table", "TEMP": "0",
-           "LATENCY_PER_CALL": "0.05", "LATENCY_PER_TOKEN": "0"}
-    flags = ["--env_server_base", own_server["url"], "--backend", LATENCY_TABLE, "--limit", "8", "--max_steps", "15",
-             "--concurrency", "4"]
-    ref = run_script("eval.py", *flags, "--output_dir", tmp_path / "ref", env=env)
+    env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "table", "TEMP": "0"}
+    flags = ["--env_server_base", own_server["url"], "--backend", GATED, "--limit", "8", "--max_steps", "15",
+             "--concurrency", "4", "--env_retry_delay", "0.1"]
+    ref = run_script("eval.py", *flags, "--output_dir", tmp_path / "ref",
+                     env={**env, **Gate(tmp_path / "g0").env(TABLE_INNER)})
     assert ref.returncode == 0, ref.stderr[-2000:]
     expected = files(tmp_path / "ref" / "textcraft" / "table_eval")
     assert len(expected) == 8
 
     run_dir = tmp_path / "run" / "textcraft" / "table_eval"
-    proc = run_script("eval.py", *flags, "--output_dir", tmp_path / "run", env=env, wait=False)
-    wait_for(lambda: len(files(run_dir)) >= 1, proc, what="the first result")
+    gate = Gate(tmp_path / "gate")
+    proc = run_script("eval.py", *flags, "--output_dir", tmp_path / "run", wait=False,
+                      env={**env, **gate.env(TABLE_INNER, files=(run_dir / "search_results_*.json", 1))})
+    gate.wait(proc)
+    assert live_envs(own_server["url"]) == 4
     crash_and_restart(own_server)
+    gate.release()
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    assert "env error (attempt 1)" in err
+    assert "env error" in err and err.count("restarting it on a fresh env") >= 4
     assert files(run_dir) == expected
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["tasks"] == 8 and summary["failed"] == 0
@@ -90,20 +103,24 @@ def test_eval_survives_a_server_restart(tmp_path, own_server):
 def test_search_stops_with_one_line_when_the_server_stays_down(tmp_path, own_server):
     """Dead for good: trees retry (bounded), then the run stops with exit 2 and
     the unreachable message; the trees finished before are kept and a rerun,
-    once the server is back, completes the set."""
+    once the server is back, completes the set. The server is killed while
+    the run is held after its 2nd tree."""
     url = own_server["url"]
     flags = ["--env_server_base", url, "--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "12",
-             "--concurrency", "2"]
+             "--concurrency", "2", "--env_retry_delay", "0.1"]
     folder = tmp_path / "textcraft" / "m"
-    proc = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path,
-                      env={**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.1"}, wait=False)
-    wait_for(lambda: len(files(folder)) >= 2, proc, what="the first trees")
+    gate = Gate(tmp_path / "gate")
+    gated = [*flags[:3], GATED, *flags[4:]]
+    proc = run_script("mcts_collection.py", *gated, "--output_dir", tmp_path, wait=False,
+                      env={**SEARCH_ENV, **gate.env(SEARCH_INNER, files=(folder / "search_results_*.json", 2))})
+    gate.wait(proc)
     kill(own_server["proc"])
+    gate.release()
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2
+    assert proc.returncode == 2, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("error: cannot reach the textcraft environment server")
     kept = files(folder)
-    assert kept and all(load_tree(folder / name) for name in kept)
+    assert len(kept) >= 2 and all(load_tree(folder / name) for name in kept)
 
     own_server["proc"] = start_server_on("agentenv_servers.textcraft", own_server["port"])
     rerun = run_script("mcts_collection.py", *flags, "--output_dir", tmp_path, env=SEARCH_ENV)
@@ -113,27 +130,33 @@ def test_search_stops_with_one_line_when_the_server_stays_down(tmp_path, own_ser
 
 @pytest.mark.parametrize("script", ["mcts_collection.py", "eval.py"])
 def test_ctrl_c_closes_every_remote_env(tmp_path, own_server, script):
-    """SIGINT mid-run: exit 130 with the resume hint, and the server holds no
-    live env afterwards (each tree/episode closed its client)."""
+    """SIGINT mid-run: exit 130 with the resume hint, the finished outputs are
+    kept, and the server holds no live env afterwards (each tree/episode
+    closed its client). The signal lands while the run is held at a model
+    call after its first output, with 6 envs open on the server."""
     url = own_server["url"]
+    gate = Gate(tmp_path / "gate")
     if script == "mcts_collection.py":
-        args = ["--backend", SEARCH_DOUBLE, "--model_name", "m", "--min", "0", "--max", "60", "--concurrency", "6"]
-        env = {**SEARCH_ENV, "SEARCH_DOUBLE_SLEEP": "0.05"}
         out_dir = tmp_path / "textcraft" / "m"
+        args = ["--backend", GATED, "--model_name", "m", "--min", "0", "--max", "60", "--concurrency", "6"]
+        env = {**SEARCH_ENV, **gate.env(SEARCH_INNER, files=(out_dir / "search_results_*.json", 1))}
     else:
+        out_dir = tmp_path / "textcraft" / "t_eval"
         table = tmp_path / "policy.json"
         table.write_text(json.dumps({"default": ["Thought: t\nAction: inventory"]}))
-        args = ["--backend", LATENCY_TABLE, "--max_steps", "20", "--concurrency", "6", "--limit", "40"]
-        env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "t", "LATENCY_PER_CALL": "0.05",
-               "LATENCY_PER_TOKEN": "0"}
-        out_dir = tmp_path / "textcraft" / "t_eval"
+        args = ["--backend", GATED, "--max_steps", "20", "--concurrency", "6", "--limit", "40"]
+        env = {"TASK": "textcraft", "MODEL_DIR": table, "MODEL_NAME": "t",
+               **gate.env(TABLE_INNER, files=(out_dir / "search_results_*.json", 1))}
     proc = run_script(script, "--env_server_base", url, "--output_dir", tmp_path, *args, env=env, wait=False)
-    wait_for(lambda: len(files(out_dir)) >= 1 and live_envs(url) > 0, proc, what="a running search")
+    gate.wait(proc)
+    assert live_envs(url) == 6
+    kept = files(out_dir)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted; finished outputs are kept" in err
     assert live_envs(url) == 0
+    assert kept and files(out_dir) == kept     # the outputs finished before the signal, untouched
 
 
 def test_short_soak_keeps_server_memory_and_fds_bounded(tmp_path, own_server):

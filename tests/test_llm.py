@@ -19,6 +19,7 @@ from tests.support.model_fixtures import free_port, start_openai_server
 
 SECRET = "sk-PLANTED-secret-4f9c2e"
 GREEDY = SamplingConfig(temperature=0.0, max_new_tokens=24)
+SAMPLED = SamplingConfig(temperature=1.0, max_new_tokens=24)  # the scripted table replies the same at any temperature
 
 
 def conversation(i: int) -> list[dict]:
@@ -58,15 +59,16 @@ def test_hf_returns_n_samples_per_conversation(hf):
 
 
 def test_hf_greedy_is_deterministic_and_batch_independent(tiny_model_dir, hf):
-    batched = hf.generate([GenerationRequest(conversation(i), n=4) for i in range(3)], GREEDY)
-    again = hf.generate([GenerationRequest(conversation(i), n=4) for i in range(3)], GREEDY)
-    single = [hf.generate([GenerationRequest(conversation(i), n=1)], GREEDY)[0][0] for i in range(3)]
+    batch = [GenerationRequest(conversation(i), n=1) for i in range(7)]
+    batched = hf.generate(batch, GREEDY)
+    again = hf.generate(batch, GREEDY)
+    single = [hf.generate([GenerationRequest(conversation(i), n=1)], GREEDY)[0][0] for i in range(7)]
     assert batched == again
-    for i in range(3):
-        assert batched[i] == [single[i]] * 4
+    for i in range(7):
+        assert batched[i] == [single[i]]
     assert single[0] != single[1]
-    chunked = HFBackend(tiny_model_dir, device="cpu", batch_size=5)  # 12 samples in chunks of 5
-    assert chunked.generate([GenerationRequest(conversation(i), n=4) for i in range(3)], GREEDY) == batched
+    chunked = HFBackend(tiny_model_dir, device="cpu", batch_size=3)  # 7 requests in chunks of 3
+    assert chunked.generate(batch, GREEDY) == batched
 
 
 def test_hf_seeded_sampling_reproducible_per_batch(hf):
@@ -111,7 +113,7 @@ def test_openai_returns_n_samples_and_matches_local_greedy(openai_server, tiny_m
 
 def test_openai_wire_format_has_choices_and_usage(openai_server, hf):
     r = requests.post(f"{openai_server}/chat/completions", timeout=60, json={
-        "model": "tiny", "messages": llm.chat_messages(conversation(0)), "n": 3, "temperature": 0,
+        "model": "tiny", "messages": llm.chat_messages(conversation(0)), "n": 3, "temperature": 1.0,
         "max_tokens": 8, "seed": 1})
     body = r.json()
     assert r.status_code == 200 and body["object"] == "chat.completion"
@@ -125,7 +127,7 @@ def test_openai_tops_up_when_server_caps_choices(policy_file):
     with start_openai_server(None, "--policy-json", policy_file, "--max-choices", "1") as url:
         backend = OpenAIBackend("scripted", url, "EMPTY")
         out = backend.generate([GenerationRequest(conversation(1), n=3, seed=7), GenerationRequest(conversation(0), n=2)],
-                               GREEDY)
+                               SAMPLED)
         served = requests.get(url.removesuffix("/v1") + "/health", timeout=5).json()
     assert out == [["Thought: one\nAction: get 1 oak log"] * 3, ["Action: inventory"] * 2]
     assert served["requests"] == 5  # one call per missing sample
@@ -147,7 +149,7 @@ def test_openai_completes_through_faults_and_counts_retries(policy_file):
     with start_openai_server(None, "--policy-json", policy_file, "--fail-rate", "0.2", "--fail-seed", "3",
                              "--fail-kinds", "429,500,timeout") as url:
         backend = OpenAIBackend("scripted", url, SECRET, max_concurrency=4, max_retries=8, timeout=1.5, backoff=0.01)
-        out = backend.generate([GenerationRequest(conversation(i % 3), n=2) for i in range(20)], GREEDY)
+        out = backend.generate([GenerationRequest(conversation(i % 3), n=2) for i in range(20)], SAMPLED)
         served = requests.get(url.removesuffix("/v1") + "/health", timeout=5).json()
     assert [len(o) for o in out] == [2] * 20
     assert out[1] == ["Thought: one\nAction: get 1 oak log"] * 2

@@ -150,7 +150,7 @@ def test_failed_task_is_counted_and_exit_code_is_nonzero(tmp_path, textcraft_ser
     ({}, ["--min", "600"], "no tasks to search: indices in [600, end) of the 444 train tasks select none"),
     ({}, ["--concurrency", "0"], "--concurrency=0 is too small"),
     ({}, ["--split_file", "/nonexistent/split.json"], "split file /nonexistent/split.json does not exist"),
-    ({"TASK": "webshop"}, [], "TASK=webshop has no bundled train split: pass --split_file"),
+    ({"TASK": "webshop"}, [], "serves textcraft, not TASK=webshop"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, textcraft_server, env, flags, message):
     res = collect(tmp_path / "out", textcraft_server, "--backend", DOUBLE, "--model_name", "m", *flags, env=env)

@@ -1,7 +1,10 @@
 """path_collection.py end to end, as a user runs it (subprocesses), on tree
 files written from the hand-built fixtures: resume/idempotence, corrupt input,
 usage errors, and the verifier through ``--backend python:...`` with the
-``table_backend`` test double (a JSON policy table, not a model)."""
+``table_backend`` test double (a JSON policy table, not a model). The library
+run (``revision_data.collect``) and its settings are also tested in process,
+with a ``ScriptedBackend`` verifier (a test double) whose calls are counted."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from agent_r.revision_data import PathSettings, collect
+from agent_r.settings import BackendSettings, UsageError, parse
 from tests.support import tree_fixtures as tf
+from tests.support.doubles import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 CLEARED = ("TASK", "ALPHA", "BETA", "TEMP", "MODEL_DIR", "MODEL_NAME", "BACKEND", "MAX_TOKEN_LENGTH",
@@ -145,3 +151,93 @@ def test_empty_or_missing_input_dir(tmp_path):
     assert r.returncode == 2 and "has no search_results_<idx>.json trees" in r.stderr
     r = run_script("--input_dir", tmp_path / "nope", "--output_dir", tmp_path / "o", "--revise", 0, TASK="textcraft")
     assert r.returncode == 2 and "does not exist: run mcts_collection.py first" in r.stderr
+
+
+# ------------------------------------------------------------------ in process: collect(settings)
+
+def scripted_verifier():
+    return ScriptedBackend(tf.verifier_policy({"get 1 diamond": "Bad"}))
+
+
+def test_collect_resumes_from_the_part_cache_without_model_calls(trees, tmp_path):
+    out = tmp_path / "data"
+    first_backend = scripted_verifier()
+    first = collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out)), first_backend)
+    assert first.exit_code == 0 and first.problem is None
+    assert first_backend.stats.calls == 1 and first.verifier_prompts_this_run == first_backend.stats.requests > 0
+    data = first.output.read_bytes()
+    assert first.output == out / "textcraft_centric.jsonl" and first.rows == len(rows_of(first.output)) > 0
+
+    # a setting that cannot change a row (the batch size) keeps every part valid
+    again_backend = scripted_verifier()
+    again = collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out), tree_batch=1),
+                    again_backend)
+    assert again_backend.stats.calls == 0 and again.verifier_prompts_this_run == 0
+    assert again.output.read_bytes() == data
+    assert "(0 this run)" in again.report() and "model calls" not in again.report()
+    same = lambda r: [x for i, x in enumerate(r.report().splitlines()) if i in (0, 1, 3)]  # noqa: E731
+    assert same(again) == same(first)                           # totals come from the parts
+
+    # a setting that decides rows redoes the trees
+    third_backend = scripted_verifier()
+    collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out), max_pairs_per_tree=1),
+            third_backend)
+    assert third_backend.stats.calls == 1
+
+
+def test_collect_writes_a_manifest_with_every_setting(trees, tmp_path):
+    settings = PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(tmp_path), revise=False)
+    result = collect(settings)
+    manifest = json.loads((tmp_path / "textcraft_centric.manifest.json").read_text())
+    config = manifest["config"]
+    assert set(config) == {f.name for f in dataclasses.fields(PathSettings)}
+    assert set(config["backend"]) == {f.name for f in dataclasses.fields(BackendSettings)}
+    assert (config["alpha"], config["beta"], config["revise"]) == (0.5, 0.5, False)
+    assert manifest["stats"]["rows"] == result.rows and manifest["stats"]["failed"] == []
+
+
+def test_collect_reports_unreadable_trees_and_exit_code_1(trees, tmp_path):
+    (trees / "search_results_9.json").write_text("{")
+    result = collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(tmp_path), revise=False))
+    assert result.failed == ["search_results_9.json"] and result.exit_code == 1
+    assert "search_results_9.json" in result.problem
+
+
+def test_settings_precedence_and_per_task_defaults():
+    env = {"TASK": "textcraft", "TEMP": "0.3", "MODEL_NAME": "my-model"}
+    assert parse(PathSettings, ["--verifier_temperature", "0.7"], env).verifier_temperature == 0.7
+    s = parse(PathSettings, [], env)
+    assert s.verifier_temperature == 0.3 and s.input_dir == str(Path("mcts_result") / "textcraft" / "my-model")
+    assert parse(PathSettings, [], {"TASK": "textcraft"}).verifier_temperature == 0.0
+    sci = parse(PathSettings, [], {"TASK": "SciWorld", "BETA": "10"})
+    assert (sci.task, sci.alpha, sci.beta) == ("sciworld", 50.0, 10.0)
+    cfg = parse(PathSettings, ["--revise", "0", "--data_type", "good"], {"TASK": "webshop"}).revision_config()
+    assert (cfg.alpha, cfg.beta, cfg.revise, cfg.data_type, cfg.max_token_length) == (0.5, 0.3, False, "good", 4096)
+
+
+@pytest.mark.parametrize("argv,env,needle", [
+    ([], {}, "TASK is not set"),
+    ([], {"TASK": "textcraft", "MAX_TOKEN_LENGTH": "99"}, "MAX_TOKEN_LENGTH=99 is too small"),
+    (["--data_type", "bad"], {"TASK": "textcraft"}, "--data_type='bad' is not one of centric, good"),
+    (["--revise", "2"], {"TASK": "textcraft"}, "--revise='2' is not 0 or 1"),
+    (["--max_pairs_per_tree", "-1"], {"TASK": "textcraft"}, "--max_pairs_per_tree=-1 is too small"),
+    (["--verifier_temperature", "-1"], {"TASK": "textcraft"}, "--verifier_temperature=-1.0 is too small"),
+    (["--tree_batch", "0"], {"TASK": "textcraft"}, "--tree_batch=0 is too small"),
+])
+def test_settings_errors_are_one_line(argv, env, needle):
+    with pytest.raises(UsageError) as info:
+        parse(PathSettings, argv, env)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_help_lists_every_setting():
+    r = run_script("--help")
+    assert r.returncode == 0
+    for cls in (PathSettings, BackendSettings):
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("nested"):
+                continue
+            flag = f.metadata["flag"]
+            names = ([f"--{f.name}"] if flag is True else [flag] if flag else []) + [f.metadata["env"] or ""]
+            assert any(n and n in r.stdout for n in names), f"{f.name} missing from --help"
+    assert "export" in r.stdout

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from agent_r import revision
-from agent_r.revision import RevisionConfig, parse_judgement
+from agent_r.revision import parse_judgement
+from agent_r.revision_data import PathSettings
 from tests.support import tree_fixtures as tf
 from tests.support.doubles import ScriptedBackend
 
@@ -57,7 +58,12 @@ def thought_of(row):
     return msg[0]["content"][len("Thought: "):-len("\nAction: wait")]
 
 
-CFG = RevisionConfig(alpha=0.5, beta=0.5)
+def config(**kw):
+    """A RevisionConfig built the one way the scripts build it."""
+    return PathSettings(task="textcraft", **kw).revision_config()
+
+
+CFG = config(alpha=0.5, beta=0.5)
 
 
 # ------------------------------------------------------------------ parsing
@@ -103,22 +109,22 @@ def test_no_successful_leaf_is_skipped():
 
 def test_one_leaf_gives_no_pair_but_one_good_sample():
     assert run(tf.tree_one_leaf(), CFG).rows == []
-    res = run(tf.tree_one_leaf(), RevisionConfig(alpha=0.5, beta=0.5, data_type="good"))
+    res = run(tf.tree_one_leaf(), config(alpha=0.5, beta=0.5, data_type="good"))
     assert res.rows == [{"task_num": "0", "revise_log": head() + steps(A, B, C, loss=True), "revise": False}]
 
 
 def test_pair_gap_must_exceed_beta():
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, revise=False)
+    cfg = config(alpha=0.5, beta=0.5, revise=False)
     assert run(tf.tree_scored([1.0, 0.6]), cfg).pairs == 0       # gap 0.4
     assert run(tf.tree_scored([1.0, 0.5]), cfg).pairs == 0       # gap 0.5 is not > 0.5
     assert run(tf.tree_scored([1.0, 0.4]), cfg).pairs == 1
 
 
 def test_high_leaf_must_exceed_alpha():
-    cfg = RevisionConfig(alpha=0.5, beta=0.3, revise=False)
+    cfg = config(alpha=0.5, beta=0.3, revise=False)
     res = run(tf.tree_scored([0.4, 0.0]), cfg)                    # root value 0.4 > 0: read, not skipped
     assert res is not None and res.pairs == 0 and not res.skipped
-    good = run(tf.tree_scored([0.4, 0.0]), RevisionConfig(alpha=0.5, beta=0.3, data_type="good"))
+    good = run(tf.tree_scored([0.4, 0.0]), config(alpha=0.5, beta=0.3, data_type="good"))
     assert good.rows == []
 
 
@@ -127,11 +133,11 @@ def test_pairs_sorted_shuffled_and_capped():
     root = tf.tree_scored([0.9, 0.1, 1.0, 0.0])
     paths = revision.sorted_leaf_paths(root)
     assert [revision.path_score(p) for p in paths] == [1.0, 0.9, 0.1, 0.0]
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, revise=False, max_pairs_per_tree=0)
+    cfg = config(alpha=0.5, beta=0.5, revise=False, max_pairs_per_tree=0)
     pairs = revision.select_pairs(paths, cfg, random.Random(1))
     got = sorted((revision.path_score(h), revision.path_score(l)) for h, l in pairs)
     assert got == [(0.9, 0.0), (0.9, 0.1), (1.0, 0.0), (1.0, 0.1)]
-    capped = revision.select_pairs(paths, RevisionConfig(alpha=0.5, beta=0.5, max_pairs_per_tree=3), random.Random(1))
+    capped = revision.select_pairs(paths, config(alpha=0.5, beta=0.5, max_pairs_per_tree=3), random.Random(1))
     assert len(capped) == 3
     # the seed changes the order (and so which pairs survive the cap)
     orders = {tuple((revision.path_score(h), revision.path_score(l)) for h, l in
@@ -144,7 +150,7 @@ def test_good_paths_deduplicated():
     for _ in range(2):  # the same turns twice (e.g. two identical runs of the same leaf)
         tf.add_step(root, "get 4 stick", "Got 4 stick", score=1)
     tf.backup(root)
-    res = run(root, RevisionConfig(alpha=0.5, beta=0.5, data_type="good"))
+    res = run(root, config(alpha=0.5, beta=0.5, data_type="good"))
     assert len(res.rows) == 1 and res.good_samples == 1
 
 
@@ -197,7 +203,7 @@ def test_revision_inside_shared_prefix():
 
 
 def test_disaster_leaf_direct_revision():
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, revise=False)
+    cfg = config(alpha=0.5, beta=0.5, revise=False)
     res = run(tf.tree_disaster(), cfg)
     assert res.pairs == 1 and res.verifier_prompts == 0
     row = res.rows[0]
@@ -212,7 +218,7 @@ def test_good_path_with_nothing_after_bad_prefix_is_dropped():
 
 
 def test_thought_choice_is_seeded():
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, revise=False)
+    cfg = config(alpha=0.5, beta=0.5, revise=False)
     first = [thought_of(run(tf.tree_split_at_root(), cfg, idx=i).rows[0]) for i in range(30)]
     again = [thought_of(run(tf.tree_split_at_root(), cfg, idx=i).rows[0]) for i in range(30)]
     assert first == again and len(set(first)) > 3
@@ -222,7 +228,7 @@ def test_thought_choice_is_seeded():
 
 def test_each_distinct_low_path_verified_once_in_one_call():
     backend = ScriptedBackend(tf.verifier_policy({}))
-    cfg = RevisionConfig(alpha=0.5, beta=0.5, max_pairs_per_tree=0)
+    cfg = config(alpha=0.5, beta=0.5, max_pairs_per_tree=0)
     root = tf.tree_many_leaves()
     res = run(root, cfg, backend)
     assert res.pairs == 8 and len(res.rows) == 8
@@ -257,13 +263,13 @@ def test_verifier_prompt_layout_and_history_truncation():
     backend = ScriptedBackend(tf.verifier_policy({}))
     root = tf.tree_shared_prefix()
     low = [p for p in revision.sorted_leaf_paths(root) if revision.path_score(p) == 0][0]
-    cfg = RevisionConfig(alpha=0.5, beta=0.5)
+    cfg = config(alpha=0.5, beta=0.5)
     revision.verify_paths(backend, cfg, [(tf.TASK, low, 0)])
     last = backend.batches[0].requests[-1].messages[-1]["content"]
     assert tf.TASK in last and "Step 1 action: get 1 oak log" in last and "(step 3):\nAction: inventory" in last
     assert last.rstrip().splitlines()[-1].startswith("Judgment:")
     # a tiny budget drops the oldest history steps but keeps the step itself
-    small = RevisionConfig(alpha=0.5, beta=0.5, max_token_length=backend.count_tokens(
+    small = config(alpha=0.5, beta=0.5, max_token_length=backend.count_tokens(
         backend.batches[0].requests[-1].messages) + 60 - 1)
     backend2 = ScriptedBackend(tf.verifier_policy({}))
     revision.verify_paths(backend2, small, [(tf.TASK, low, 0)])

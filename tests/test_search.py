@@ -156,50 +156,30 @@ def test_backpropagate_marks_terminal_only_when_all_children_are():
     assert root.is_terminal
 
 
-class NegativeRewardEnvDouble:
-    """Env test double: TextCraft never rewards negatively, so the disaster
-    branch (SciWorld's -100) is exercised with this two-line fake."""
+def test_disaster_is_terminal_with_score_zero(sciworld_server):
+    """The real ScienceWorld server fails game 0 (boil water) on a wrong
+    focus with reward -100: a disaster, terminal, score 0."""
+    spec = envs.get_env("sciworld")
+    backend = ScriptedBackend(lambda m, i, s: ["Action: focus on picture", "Action: look around"][i])
+    made, results = [], []
 
-    instruction = "Reply with Action: <x>."
+    def make_client():
+        made.append(spec.make_client(sciworld_server))
+        return made[-1]
 
-    def __init__(self):
-        self.closed = False
-
-    def reset(self, idx):
-        self.steps = 0
-
-    def observe(self):
-        return "Start."
-
-    def step(self, action):
-        from agentenv_client.base import StepOutput
-
-        self.steps += 1
-        return StepOutput(state=f"did {action}\n", reward=-100.0 if action == "jump" else 0.0, done=False)
-
-    def map_to_valid_action(self, action):
-        return action
-
-    def close(self):
-        self.closed = True
-
-
-def test_disaster_is_terminal_with_score_zero():
-    env = NegativeRewardEnvDouble()
-    backend = ScriptedBackend(lambda m, i, s: ["Action: jump", "Action: look"][i])
-    results = []
-    search_trees([0], envs.get_env("sciworld"), lambda: env, backend,
+    search_trees([0], spec, make_client, backend,
                  SearchSettings(task="sciworld", max_depth=1, iterations=1, n_gen=2), on_tree=results.append)
     assert results[0].error is None
     root = results[0].result
-    jump, look = root.children
-    assert jump.disaster and jump.is_terminal and jump.env_score == 0.0 and jump.visits == 1
+    focus, look = root.children
+    assert focus.disaster and focus.is_terminal and focus.env_score == 0.0 and focus.visits == 1
+    assert focus.obs.startswith("You focus on the picture")
     assert not look.disaster and look.visits == 2  # the iteration went on below it
-    assert jump.recent_actions == ["(jump, did jump )"]  # SciWorld keeps the reference's string form
+    assert focus.recent_actions == [f"(focus on picture, {focus.obs})"]  # SciWorld keeps the reference's string form
     # look's children are a disaster and a depth-2 node (> MAX_DEPTH): all terminal, so look and the root are
     assert [c.disaster for c in look.children] == [True, False] and all(c.is_terminal for c in look.children)
     assert look.is_terminal and root.is_terminal and (root.visits, root.value) == (3, 0.0)
-    assert env.closed
+    assert made and all(c._closed for c in made)
 
 
 def test_trees_do_not_depend_on_concurrency_and_expansions_are_batched(textcraft_server):

@@ -25,7 +25,7 @@ def test_sciworld_test_split_is_served_and_disjoint_from_search_positions():
     game_nums = build_game_nums(games, sorted(name for _, name, _ in SCIWORLD_TASKS))
     served = [t for t, idxs in game_nums.items() if idxs]
     assert sorted(served) == sorted(sciworld.SCIWORLD_TRAIN_TASK_NUMS) == sorted(sciworld.SCIWORLD_SEARCH_ORDER)
-    test = envs.get_env("sciworld").split_indices("test")
+    test = envs.get_env("sciworld").split_indices("test", split="project")
     assert len(test) == len(set(test)) == 201 and all(0 <= i < len(games) for i in test)
     per_type = collections.Counter(games[i][0] for i in test)
     assert len(per_type) == 23 and max(per_type.values()) == 10

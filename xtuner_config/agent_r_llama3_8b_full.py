@@ -43,7 +43,9 @@ if _repo_root not in sys.path:
 _s = __import__("xtuner_config.settings", fromlist=["from_env"]).from_env()
 
 pretrained_model_name_or_path = _s.model_dir
-prompt_template = PROMPT_TEMPLATE.llama3_chat
+prompt_template = PROMPT_TEMPLATE.llama3_chat  # the export counts tokens with a copy (agent_r.export)
+# XTuner cuts a longer sample from its end (the trained part of a revision
+# sample): `path_collection.py export --tokenizer ...` fits samples to it first.
 max_length = _s.max_length
 pack_to_max_length = _s.pack
 

@@ -23,7 +23,7 @@ import logging
 import random
 from pathlib import Path
 
-from agent_r.config import UsageError
+from agent_r.settings import UsageError
 from agent_r.io import read_json
 
 log = logging.getLogger(__name__)

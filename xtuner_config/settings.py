@@ -7,12 +7,15 @@ configs call ``from_env()`` through ``__import__`` (a plain call, which runs at
 once) and copy the fields into config variables.
 
 Defaults are XTuner's reference values for Llama-3 8B full fine-tuning
-(llama3_8b_instruct_full_alpaca_e3); the paper does not publish its own.
+(llama3_8b_instruct_full_alpaca_e3; the paper does not publish its own),
+except MAX_LENGTH: the search's prompt budget, the length
+``path_collection.py export --tokenizer`` fits samples to.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent_r.export import DEFAULT_MAX_LENGTH
 from agent_r.settings import parse, setting
 
 
@@ -26,7 +29,10 @@ class TrainSettings:
                                 help="a ShareGPT-style JSON file of general conversations (\"\" = none)")
     eta: float = setting(0.2, env="ETA", flag=None, minimum=0.0, help="the number of general samples per agent sample")
     seed: int = setting(0, env="SEED", flag=None, help="the seed for data mixing, shuffling and initialisation")
-    max_length: int = setting(2048, env="MAX_LENGTH", flag=None, minimum=16, help="the tokens per training sequence")
+    max_length: int = setting(DEFAULT_MAX_LENGTH, env="MAX_LENGTH", flag=None, minimum=16,
+                              help="the tokens per training sequence; XTuner cuts longer samples from their end, so "
+                              "export with the same MAX_LENGTH and --tokenizer to fit them first "
+                              f"(default {DEFAULT_MAX_LENGTH}, the search's prompt budget)")
     pack: bool = setting(True, env="PACK", flag=None, help="1 to pack samples into MAX_LENGTH sequences, 0 not to")
     map_num_proc: int = setting(32, env="MAP_NUM_PROC", flag=None, minimum=1, help="the processes that tokenise the data")
     batch_size: int = setting(1, env="BATCH_SIZE", flag=None, minimum=1, help="the sequences per device per step")

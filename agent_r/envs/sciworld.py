@@ -1,12 +1,14 @@
 """ScienceWorld: science experiments in a text world. Scores 0-100; a failed
-task is a -100 reward (a disaster). The split is by variation (agent_r/splits),
-and the search walks task numbers rather than index ranges."""
+task is a -100 reward (a disaster). The splits hold out variations
+(agent_r/splits), and the search walks task numbers rather than index ranges.
+Our server numbers games exactly as AgentGym's does, so the paper's AgentEval
+test list is the default on both."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from agent_r.envs import EnvSpec
+from agent_r.envs import AGENT_R, AGENTGYM, EnvSpec, Split
 from agent_r.settings import UsageError
 from agentenv_client import SciworldEnvClient
 
@@ -29,7 +31,9 @@ class SciworldSpec(EnvSpec):
         """The reference's string form ``"(action, observation)"``."""
         return f"({action}, {observation})"
 
-    def search_indices(self, settings: Any, server: str) -> tuple[list[int], str]:
+    def search_candidates(self, settings: Any, server: str, split: Split) -> tuple[list[int], str]:
+        """Positions 1..--task_iteration of each task number (the guard in
+        ``EnvSpec.search_indices`` then drops the split's test ids)."""
         nums = ([settings.task_num] if settings.task_num is not None
                 else list(SCIWORLD_SEARCH_ORDER[settings.min:settings.max]))
         with self.make_client(server) as client:
@@ -58,7 +62,15 @@ def sciworld_train_indices(game_nums: dict, task_nums: Sequence[int], task_itera
     return out
 
 
+GAMES = 4639   # AgentGym's game list with scienceworld 1.2.3 (7,207 variations less the excluded task types)
+
 SCIWORLD = SciworldSpec(
-    name="sciworld", default_server="http://127.0.0.1:36002", data_len=4639, client_class=SciworldEnvClient,
-    train_split=None, test_split="sciworld_test.json", max_score=100.0, max_depth=30, alpha=50.0, beta=30.0,
+    name="sciworld", default_server="http://127.0.0.1:36002", data_len=GAMES, client_class=SciworldEnvClient,
+    splits=(
+        Split("agenteval", test="sciworld_agenteval_test.json", train=None, servers=(AGENTGYM, AGENT_R), tasks=GAMES,
+              about="the paper's AgentEval test list: 200 ids"),
+        Split("project", test="sciworld_test.json", train=None, servers=(AGENTGYM, AGENT_R), tasks=GAMES,
+              about="the first 10 ScienceWorld test variations of each of the 23 served task types (201)"),
+    ),
+    max_score=100.0, max_depth=30, alpha=50.0, beta=30.0,
 )

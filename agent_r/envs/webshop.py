@@ -1,9 +1,16 @@
 """WebShop: buy a product matching an instruction. Scores in [0, 1] at "buy now".
-No bundled splits: the product data cannot ship, so users pass AgentGym's lists."""
-from agent_r.envs import EnvSpec
+Only AgentGym's server exists (its product data cannot ship); the bundled
+lists are the paper's."""
+from agent_r.envs import AGENTGYM, EnvSpec, Split
 from agentenv_client import WebshopEnvClient
 
+GOALS = 12087
+
 WEBSHOP = EnvSpec(
-    name="webshop", default_server="http://127.0.0.1:36003", data_len=12087, client_class=WebshopEnvClient,
-    train_split=None, test_split=None, max_score=1.0, max_depth=10, alpha=0.5, beta=0.3,
+    name="webshop", default_server="http://127.0.0.1:36003", data_len=GOALS, client_class=WebshopEnvClient,
+    splits=(
+        Split("agenteval", test="webshop_agenteval_test.json", train="webshop_agenteval_train.json",
+              servers=(AGENTGYM,), tasks=GOALS, about="the paper's AgentEval lists: 200 test, 3,930 train ids"),
+    ),
+    max_score=1.0, max_depth=10, alpha=0.5, beta=0.3,
 )

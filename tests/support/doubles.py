@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from agent_r.config import UsageError
+from agent_r.settings import UsageError
 from agent_r.llm import Backend, BackendError, GenerationRequest, SamplingConfig, chat_messages, cut_at_stop
 
 Policy = Callable[[list[dict], int, "int | None"], str]

@@ -1,5 +1,9 @@
 """Real local env servers for tests: started as processes on 127.0.0.1 with a
-free port, ready once /health answers, killed at the end."""
+free port, ready once /health answers, killed at the end.
+
+``TEST_TEXTCRAFT_SERVER`` / ``TEST_SCIWORLD_SERVER`` (a URL) make the session
+fixtures use an already running server instead (bench/mutation.py runs the
+suite once per mutant and starts each server once for all of them)."""
 from __future__ import annotations
 
 import os
@@ -27,7 +31,8 @@ def start_server(module: str, *args: str, env: dict | None = None, timeout: floa
     (process, base url) once GET /health answers."""
     port = free_port()
     log = tempfile.NamedTemporaryFile("w+", prefix=f"{module}.", suffix=".log", delete=False)
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                **(env or {})}
     proc = subprocess.Popen([sys.executable, "-m", module, "--host", "127.0.0.1", "--port", str(port), *args],
                             cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
     proc.log_path = log.name  # type: ignore[attr-defined]
@@ -66,15 +71,20 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-@pytest.fixture(scope="session")
-def textcraft_server():
-    proc, url = start_server("agentenv_servers.textcraft")
+def session_server(module: str, reuse_var: str):
+    if os.environ.get(reuse_var):
+        yield os.environ[reuse_var]
+        return
+    proc, url = start_server(module)
     yield url
     stop_server(proc)
+
+
+@pytest.fixture(scope="session")
+def textcraft_server():
+    yield from session_server("agentenv_servers.textcraft", "TEST_TEXTCRAFT_SERVER")
 
 
 @pytest.fixture(scope="session")
 def sciworld_server():
-    proc, url = start_server("agentenv_servers.sciworld")
-    yield url
-    stop_server(proc)
+    yield from session_server("agentenv_servers.sciworld", "TEST_SCIWORLD_SERVER")

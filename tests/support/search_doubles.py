@@ -8,8 +8,10 @@ is in the batch - like vLLM with per-request seeds. That is what the
 concurrency-independence tests need, and it finds some successes.
 
 Subprocess scripts use ``--backend python:tests.support.search_doubles:seeded_textcraft_backend``
-(MODEL_DIR is ignored); env ``SEARCH_DOUBLE_SLEEP`` adds seconds per call so a
-run can be killed mid-way.
+(MODEL_DIR is ignored). To stop a run mid-way, hold it with a gate
+(tests/support/faults.py ``Gate``, ``GATED`` wrapping ``SEARCH_INNER``), not
+with a sleep: env ``SEARCH_DOUBLE_SLEEP`` (seconds per call) only slows a run
+down, e.g. for a bench.
 """
 from __future__ import annotations
 

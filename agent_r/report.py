@@ -1,0 +1,163 @@
+"""Reading finished eval runs: the summary numbers, the loop statistic, and
+the side-by-side table of several runs (docs/evaluation.md, "Summary").
+
+Kept apart from the runner (agent_r/evaluation.py) because a report needs no
+model, no env server and no settings: only the result files on disk. So
+``eval.py --compare`` works on any machine, and on folders written by the
+reference scripts (no ``success``/``ended_by`` keys).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from agent_r import conversation as conv
+from agent_r.envs import EnvSpec, get_env
+from agent_r.io import read_json
+from agent_r.settings import UsageError
+
+log = logging.getLogger(__name__)
+
+RESULT_PREFIX = "search_results_"
+SUMMARY_FILE = "summary.json"
+LOOP_LENGTHS = (1, 2, 3, 4, 5)
+ENDINGS = ("done", "disaster", "step_limit", "error")
+
+
+def result_path(run_dir: Path, key: str) -> Path:
+    return Path(run_dir) / f"{RESULT_PREFIX}{key}.json"
+
+
+def episode_actions(state: list[dict]) -> list[str]:
+    """The actions of a stored trajectory (lower-cased, spaces collapsed), so
+    "Get 1  Stick" and "get 1 stick" count as the same action in a loop."""
+    return [" ".join(conv.parse_action(m["content"]).lower().split())
+            for m in state[conv.HEAD_LEN:] if m.get("role") == "assistant"]
+
+
+def _primitive(block: list[str]) -> bool:
+    """False when the block is itself a shorter block repeated (a a, a b a b)."""
+    k = len(block)
+    return not any(k % d == 0 and block == block[:d] * (k // d) for d in range(1, k))
+
+
+def count_repeats(actions: list[str], k: int) -> int:
+    """Loops of period k: positions i where the block actions[i:i+k] is
+    immediately repeated (actions[i+k:i+2k] is the same) and the block is not a
+    shorter block repeated. A run of m identical actions counts m-1 at k=1 and
+    nothing at k=2; "a b a b a b" counts 3 at k=2 (i = 0, 1, 2)."""
+    return sum(
+        1 for i in range(len(actions) - 2 * k + 1)
+        if actions[i:i + k] == actions[i + k:i + 2 * k] and _primitive(actions[i:i + k])
+    )
+
+
+def load_results(run_dir: str | os.PathLike) -> list[dict]:
+    """Every per-task result in a run directory, ordered by file name. A
+    corrupt file is skipped with a warning: the report covers what is readable
+    (the runner redoes such files on its next invocation)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UsageError(f"run directory {run_dir} does not exist")
+    results = []
+    for path in sorted(run_dir.glob(f"{RESULT_PREFIX}*.json")):
+        try:
+            data = read_json(path)
+        except ValueError as exc:
+            log.warning("skipping %s", exc)
+            continue
+        if isinstance(data, dict) and "env_score" in data and "state" in data:
+            results.append(data)
+        else:
+            log.warning("skipping %s: not a result file", path)
+    return results
+
+
+def summarize(results: list[dict], max_score: float) -> dict[str, Any]:
+    """Aggregate numbers of a run. Scores are normalised by the task's max
+    score (SciWorld 100) and reported x100, the paper's unit; failed episodes
+    count with score 0."""
+    n = len(results)
+    ended = {e: sum(1 for r in results if r.get("ended_by") == e) for e in ENDINGS}
+    loops = {}
+    for k in LOOP_LENGTHS:
+        counts = [count_repeats(episode_actions(r["state"]), k) for r in results]
+        with_loop = sum(1 for c in counts if c)
+        loops[str(k)] = {"episodes": with_loop, "fraction": with_loop / n if n else 0.0, "count": sum(counts)}
+
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / n if n else 0.0
+
+    return {
+        "tasks": n,
+        # rounded so 0.14 * 100 shows as 14.0 in summary.json, not 14.000000000000002
+        "score_x100": round(100.0 * mean([float(r["env_score"]) / max_score for r in results]), 6),
+        "success_rate": mean([1.0 if _success(r, max_score) else 0.0 for r in results]),
+        "mean_steps": mean([float(r["step_num"]) for r in results]),
+        "step_limit": ended["step_limit"],
+        "disaster": ended["disaster"],
+        "failed": ended["error"],
+        "loops": loops,
+    }
+
+
+def _success(result: dict, max_score: float) -> bool:
+    if "success" in result:
+        return bool(result["success"])
+    return float(result["env_score"]) >= max_score  # files written by the reference scripts
+
+
+def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
+    return {"run_dir": str(run_dir), "task": spec.name, **summarize(load_results(run_dir), spec.max_score)}
+
+
+def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
+    """Runs side by side, one column each (iteration 0 vs 1 vs 2)."""
+    labels = labels or [Path(s["run_dir"]).name for s in summaries]
+    rows: list[tuple[str, list[str]]] = [
+        ("task", [s["task"] for s in summaries]),
+        ("tasks", [str(s["tasks"]) for s in summaries]),
+        ("score x100", [f"{s['score_x100']:.2f}" for s in summaries]),
+        ("success rate %", [f"{100 * s['success_rate']:.2f}" for s in summaries]),
+        ("mean steps", [f"{s['mean_steps']:.2f}" for s in summaries]),
+        ("ended by step limit", [str(s["step_limit"]) for s in summaries]),
+        ("ended by disaster", [str(s["disaster"]) for s in summaries]),
+        ("failed (env error)", [str(s["failed"]) for s in summaries]),
+    ]
+    for k in LOOP_LENGTHS:
+        cells = [f"{100 * s['loops'][str(k)]['fraction']:.1f} / {s['loops'][str(k)]['count']}" for s in summaries]
+        rows.append((f"loop k={k} % eps / count", cells))
+    first = max(len(r[0]) for r in rows)
+    widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
+
+    def line(name: str, cells: list[str]) -> str:
+        return "  ".join([name.ljust(first)] + [c.rjust(w) for c, w in zip(cells, widths)])
+
+    return "\n".join([line("metric", labels), line("-" * first, ["-" * w for w in widths])]
+                     + [line(name, cells) for name, cells in rows])
+
+
+def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:
+    """Which environment a run directory holds, so runs of different tasks can
+    be compared without TASK: its summary.json says, else the parent folder
+    name ({output_dir}/{TASK}/{model}) does, else the ``task`` the user set."""
+    run_dir = Path(run_dir)
+    summary = run_dir / SUMMARY_FILE
+    if summary.exists():
+        try:
+            return get_env(read_json(summary)["task"])
+        except (ValueError, KeyError, TypeError, AttributeError, UsageError):
+            pass
+    try:
+        return get_env(run_dir.resolve().parent.name)
+    except UsageError:
+        if task:
+            return get_env(task)
+        raise UsageError(f"cannot tell which task {run_dir} holds: set TASK=textcraft|sciworld|webshop") from None
+
+
+def compare(run_dirs: list[str], task: str | None = None) -> str:
+    """The table of several finished runs; runs nothing."""
+    return format_table([summarize_dir(d, env_of_run(d, task)) for d in run_dirs])

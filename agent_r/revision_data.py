@@ -1,0 +1,304 @@
+"""The path-collection run behind ``path_collection.py``: search trees in, one
+JSONL of revision (or good-only) rows out, with its manifest and a summary.
+
+Why a part file per tree: the verifier is the costly step (one prompt per
+distinct low-path step) and a long run gets killed. Each finished tree's
+result is kept in ``{output_dir}/.parts/{TASK}_{data_type}/{idx}.json`` with a
+fingerprint (the tree file's hash, the settings that decide its rows, the
+verifier's identity). A rerun reuses every part whose fingerprint matches,
+redoes the rest and rewrites the JSONL whole from all parts in task order: the
+same input gives the same bytes and never duplicate rows, and changing a
+setting or a tree redoes just what it touches.
+
+Why trees are batched: the verifier prompts of ``tree_batch`` trees share one
+model call (agent_r.revision explains why that equals a step-by-step walk),
+and model calls are the run's wall time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from agent_r import revision
+from agent_r.envs import get_env
+from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
+from agent_r.llm import BUNDLED_MODEL, Backend, make_backend
+from agent_r.manifest import write_manifest
+from agent_r.revision import RevisionConfig, TreeRows
+from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, manifest_config,
+                              max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
+                              setting, validate)
+from agent_r.tree import TreeFormatError, load_tree
+
+log = logging.getLogger(__name__)
+
+TREE_FILE = re.compile(r"^search_results_(\d+)\.json$")
+
+
+@dataclass
+class PathSettings:
+    """Every setting of ``path_collection.py`` (flag > env var > default)."""
+
+    task: str | None = setting(None, env="TASK", flag=None,
+                               help="the environment the trees come from: textcraft, sciworld or webshop (required)")
+    alpha: float | None = setting(None, env="ALPHA", flag=None,
+                                  help="the score a good path's leaf must exceed, on the task's score scale "
+                                       "(default: the task's value, agent_r/envs)")
+    beta: float | None = setting(None, env="BETA", flag=None, minimum=0.0,
+                                 help="the score gap a (good, bad) pair must exceed, on the task's score scale "
+                                      "(default: the task's value, agent_r/envs)")
+    input_dir: str | None = setting(None, help="the folder of search_results_<idx>.json trees (default "
+                                               "mcts_result/{TASK}/{model name})")
+    output_dir: str = setting("mcts_training_data", help="where {TASK}_{data_type}.jsonl goes "
+                                                         "(default mcts_training_data)")
+    data_type: str = setting("centric", choices=("centric", "good"),
+                             help="the kind of rows: centric = revision pairs, good = good paths only "
+                                  "(default centric)")
+    revise: bool = setting(True, help="whether the model finds the first bad step (1) or the whole low path "
+                                      "is the bad prefix (0) (default 1)")
+    seed: int = setting(0, help="the seed of pair shuffling, revision thoughts and verifier requests (default 0)")
+    max_pairs_per_tree: int = setting(0, minimum=0, help="pairs kept per tree after the seeded shuffle, 0 = all "
+                                      "as the reference (default 0)")
+    verifier_temperature: float = setting(0.0, env="TEMP", minimum=0.0,
+                                          help="the verifier's sampling temperature (default 0 = greedy)")
+    max_new_tokens: int = max_new_tokens_setting("a verifier reply")
+    max_token_length: int = max_token_length_setting("verifier prompt")
+    tree_batch: int = setting(32, minimum=1, help="trees whose verifier prompts share one batched model call "
+                                                  "(default 32)")
+    backend: BackendSettings = nested(BackendSettings)
+
+    def finish(self) -> None:
+        """Per-task defaults and the default input folder (idempotent)."""
+        if not self.task:
+            raise UsageError("environment variable TASK is not set: it is the environment the trees come from "
+                             "(textcraft, sciworld or webshop). Set it, e.g. `export TASK=textcraft`.")
+        spec = get_env(self.task)
+        self.task = spec.name
+        self.alpha = spec.alpha if self.alpha is None else self.alpha
+        self.beta = spec.beta if self.beta is None else self.beta
+        if self.input_dir is None:
+            model = resolved_model_name(self.backend, BUNDLED_MODEL.name)
+            self.input_dir = str(Path("mcts_result") / self.task / model)
+
+    def revision_config(self) -> RevisionConfig:
+        """The settings that decide a tree's rows, built in this one place so
+        each has one default (finishes the settings first: code-built ones
+        work too)."""
+        self.finish()
+        return RevisionConfig(
+            alpha=float(self.alpha), beta=float(self.beta), data_type=self.data_type, revise=bool(self.revise),
+            seed=self.seed, max_pairs_per_tree=self.max_pairs_per_tree,
+            verifier_temperature=float(self.verifier_temperature), max_new_tokens=self.max_new_tokens,
+            max_token_length=self.max_token_length)
+
+    @property
+    def output_path(self) -> Path:
+        return Path(self.output_dir) / f"{self.task}_{self.data_type}.jsonl"
+
+
+# --------------------------------------------------------------------------- trees and parts
+
+def find_trees(input_dir: Path) -> list[tuple[int, Path]]:
+    """search_results_{idx}.json files in index order (manifest.json etc. ignored)."""
+    if not input_dir.is_dir():
+        raise UsageError(f"input dir {input_dir} does not exist: run mcts_collection.py first, "
+                         "or pass --input_dir (or set MODEL_NAME) to point at its trees")
+    trees = sorted((int(m.group(1)), input_dir / name) for name in os.listdir(input_dir)
+                   if (m := TREE_FILE.match(name)))
+    if not trees:
+        raise UsageError(f"input dir {input_dir} has no search_results_<idx>.json trees: run "
+                         "mcts_collection.py first, or pass --input_dir pointing at its output")
+    return trees
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class PartCache:
+    """Per-tree results of one (TASK, data_type), each valid for one fingerprint."""
+
+    def __init__(self, settings: PathSettings, cfg: RevisionConfig) -> None:
+        self.folder = Path(settings.output_dir) / ".parts" / f"{settings.task}_{cfg.data_type}"
+        verifier = [settings.backend.backend, settings.backend.model_dir] if cfg.needs_verifier else None
+        self.base = {"config": dataclasses.asdict(cfg), "verifier": verifier}
+
+    def fingerprint(self, tree: Path) -> dict:
+        return self.base | {"tree_sha256": file_sha256(tree)}
+
+    def load(self, idx: int, fingerprint: dict) -> TreeRows | None:
+        """The cached result, if it was made from the same tree and settings."""
+        path = self.folder / f"{idx}.json"
+        if not path.exists():
+            return None
+        try:
+            part = read_json(path)
+            if not isinstance(part, dict) or part.get("fingerprint") != fingerprint:
+                return None
+            return TreeRows.from_dict(part["result"])
+        except (ValueError, TypeError, KeyError):  # unreadable or another shape: redo the tree
+            return None
+
+    def save(self, idx: int, fingerprint: dict, rows: TreeRows) -> None:
+        atomic_write_json(self.folder / f"{idx}.json", {"fingerprint": fingerprint, "result": rows.to_dict()},
+                          indent=None)
+
+
+# --------------------------------------------------------------------------- the run
+
+@dataclass
+class CollectResult:
+    """What a run produced; ``report()`` is the summary the script prints."""
+
+    settings: PathSettings
+    trees: list[int]                                  # every tree index read, in order
+    results: dict[int, TreeRows]                      # tree index -> its rows (failed trees absent)
+    failed: list[str] = field(default_factory=list)   # tree files that could not be read
+    verifier_prompts_this_run: int = 0
+    rows: int = 0
+    backend_stats: dict = field(default_factory=dict)  # empty when no model was used
+
+    @property
+    def output(self) -> Path:
+        return self.settings.output_path
+
+    @property
+    def exit_code(self) -> int:
+        """The scripts' rule: 1 when a tree failed (fix it and rerun), else 0."""
+        return EXIT_ITEMS_FAILED if self.failed else EXIT_OK
+
+    @property
+    def problem(self) -> str | None:
+        if not self.failed:
+            return None
+        return (f"error: {len(self.failed)} tree(s) could not be read: {', '.join(self.failed)} "
+                "(fix or delete them, or rerun mcts_collection.py for those tasks)")
+
+    def report(self) -> str:
+        done = [self.results[idx] for idx in self.trees if idx in self.results]
+        total = lambda key: sum(getattr(r, key) for r in done)  # noqa: E731
+        hist: Counter = Counter()
+        for r in done:
+            hist.update(r.first_bad)
+        lines = [
+            f"trees read: {len(self.trees)}  skipped (no success): {sum(r.skipped for r in done)}  "
+            f"failed: {len(self.failed)}",
+            f"pairs: {total('pairs')}  revision samples: {total('revision_samples')}  "
+            f"good samples: {total('good_samples')}  pairs without good suffix (dropped): "
+            f"{total('empty_suffix_pairs')}",
+            f"verifier calls (prompts): {total('verifier_prompts')} ({self.verifier_prompts_this_run} this run)  "
+            f"unparseable judgements: {total('unparseable')}",
+            f"first bad step (position:paths): {revision.histogram(hist)}",
+            f"wrote {self.rows} rows to {self.output}",
+        ]
+        if self.backend_stats:
+            lines.append(f"model calls {self.backend_stats['calls']}, retries {self.backend_stats['retries']}")
+        return "\n".join(lines)
+
+
+class _Verifier:
+    """The verifier backend, made on first need: a run whose trees are all
+    cached, or that needs no model, loads none."""
+
+    def __init__(self, settings: PathSettings, backend: Backend | None) -> None:
+        self.settings, self.backend, self.owned, self.used = settings, backend, backend is None, False
+
+    def get(self) -> Backend:
+        if self.backend is None:
+            s = self.settings
+            self.backend = make_backend(s.backend, seed=s.seed, max_model_len=s.max_token_length + s.max_new_tokens)
+        self.used = True
+        return self.backend
+
+    def close(self) -> None:
+        if self.owned and self.backend is not None:
+            self.backend.close()
+
+
+def collect(settings: PathSettings, backend: Backend | None = None) -> CollectResult:
+    """Run path collection as ``settings`` say, resuming from the part cache.
+
+    ``backend`` is a ready verifier (a test double, or a caller's already
+    loaded model; the caller closes it); without it one is made from
+    ``settings.backend`` when some tree still needs judging. Raises
+    UsageError for a missing/empty input folder; unreadable trees are logged,
+    skipped and listed in the result (exit code 1)."""
+    validate(settings)
+    cfg = settings.revision_config()
+    trees = find_trees(Path(settings.input_dir))
+    cache = PartCache(settings, cfg)
+    result = CollectResult(settings, [idx for idx, _ in trees], {})
+    todo = []
+    for idx, path in trees:
+        fingerprint = cache.fingerprint(path)
+        cached = cache.load(idx, fingerprint)
+        if cached is None:
+            todo.append((idx, path, fingerprint))
+        else:
+            result.results[idx] = cached
+    log.info("%d trees in %s, %d already processed", len(trees), settings.input_dir, len(trees) - len(todo))
+    verifier, started = _Verifier(settings, backend), time.time()
+    try:
+        with tqdm(total=len(todo), desc="trees", unit="tree") as bar:
+            for start in range(0, len(todo), settings.tree_batch):
+                batch = todo[start:start + settings.tree_batch]
+                result.verifier_prompts_this_run += _run_batch(batch, cfg, verifier, cache, result)
+                bar.update(len(batch))
+    finally:
+        verifier.close()
+    if verifier.used:
+        result.backend_stats = verifier.backend.stats.as_dict()
+    _write_outputs(result, verifier.backend if verifier.used else None, started)
+    return result
+
+
+def _run_batch(batch: list[tuple[int, Path, dict]], cfg: RevisionConfig, verifier: _Verifier, cache: PartCache,
+               result: CollectResult) -> int:
+    """Plan, verify (one model call for the whole batch) and save each tree's
+    part; returns the verifier prompts sent."""
+    plans, fingerprints = [], []
+    for idx, path, fingerprint in batch:
+        try:
+            plan = revision.plan_tree(idx, load_tree(path), cfg)
+        except TreeFormatError as exc:
+            log.error("skipping %s: %s", path.name, exc)
+            result.failed.append(path.name)
+            continue
+        if plan is None:
+            result.results[idx] = TreeRows(skipped=True)
+            cache.save(idx, fingerprint, result.results[idx])
+            continue
+        plans.append(plan)
+        fingerprints.append(fingerprint)
+    if not plans:
+        return 0
+    needs_model = cfg.needs_verifier and any(p.low_paths for p in plans)
+    done = revision.process_trees(plans, cfg, verifier.get() if needs_model else None)
+    for plan, fingerprint, rows in zip(plans, fingerprints, done):
+        cache.save(plan.idx, fingerprint, rows)
+        result.results[plan.idx] = rows
+    return sum(rows.verifier_prompts for rows in done)
+
+
+def _write_outputs(result: CollectResult, backend: Backend | None, started: float) -> None:
+    """The JSONL (whole, from every part, in task order) and its manifest."""
+    rows = [row for idx in result.trees if idx in result.results for row in result.results[idx].rows]
+    atomic_write_jsonl(result.output, rows)
+    result.rows = len(rows)
+    stats = {"trees": len(result.trees), "failed": result.failed, "rows": len(rows),
+             "verifier_prompts_this_run": result.verifier_prompts_this_run, "backend": result.backend_stats}
+    write_manifest(result.output.with_name(f"{result.output.stem}.manifest.json"),
+                   manifest_config(result.settings), backend, stats, started, time.time())
