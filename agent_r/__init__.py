@@ -14,6 +14,7 @@ One concept per module (docs/architecture.md):
   export         XTuner / DPO training files
   evaluation     an eval episode as a driver job; the eval run
   report         eval summaries and the side-by-side compare table
+  sharding       data-parallel shards: which tasks a process takes, per-shard manifests
   manifest, io   run manifests; atomic writes
 """
 

