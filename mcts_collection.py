@@ -6,7 +6,8 @@
 Trees go to {output_dir}/{TASK}/{model_name}/search_results_{idx}.json, the
 run manifest to manifest.json beside them. Rerunning the same command resumes.
 Results do not depend on --concurrency with a backend whose samples depend
-only on each request's seed (vllm, greedy decoding, scripted doubles); hf
+only on each request's seed (greedy decoding, scripted doubles; vllm only with
+VLLM_BATCH_INVARIANT=1, see docs/backends.md); hf
 sampling at TEMP>0 is seeded per batch, so it repeats only at the same
 concurrency. Exit codes: 0 all done, 1 some tree failed (rerun to retry it),
 2 usage error or unreachable server.

@@ -119,12 +119,15 @@ def load_records(data_files: list[str], cfg: TrainConfig) -> list[dict]:
 
 @dataclass
 class Example:
+    """One encoded sample and the key of the prefix it shares with others."""
+
     ids: list[int]
     labels: list[int]
     group: str          # samples with the same system prompt and instruction share a batch
 
 
 def examples(records: list[dict], tokenizer: Any, max_length: int) -> list[Example]:
+    """The samples XTuner would train on, in order, encoded as it does."""
     out = []
     for r in records:
         ids, labels = encode(r["messages"], tokenizer, max_length)
@@ -176,8 +179,7 @@ def batch_loss(model: Any, batch: list[Example], pad_id: int) -> tuple[Any, int]
     import torch
 
     skip = common_prefix(batch)
-    rows = [ex.ids[skip:] for ex in batch]
-    q = max(len(r) for r in rows)
+    q = max(len(ex.ids) for ex in batch) - skip
     ids = torch.full((len(batch), q), pad_id, dtype=torch.long)
     labels = torch.full((len(batch), q), IGNORE, dtype=torch.long)
     mask = torch.zeros((len(batch), skip + q), dtype=torch.long)

@@ -249,7 +249,7 @@ def verifier_messages(task: str, history: Sequence[tuple[str, str]], action: str
 def _fit_history(backend: Backend, cfg: RevisionConfig, task: str, history: list[tuple[str, str]],
                  action: str, obs: str, step_no: int) -> list[Message]:
     """Drop the oldest earlier steps until the prompt fits MAX_TOKEN_LENGTH - 60."""
-    budget = cfg.max_token_length - TRUNCATION_MARGIN
+    budget = backend.prompt_budget(cfg.max_token_length, cfg.max_new_tokens) - TRUNCATION_MARGIN
     while True:
         messages = verifier_messages(task, history, action, obs, step_no)
         if not history or backend.count_tokens(messages) <= budget:
@@ -288,7 +288,9 @@ def verify_paths(backend: Backend, cfg: RevisionConfig,
         return [], [(0, 0) for _ in jobs]
     sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
     # prompts are already fitted step by step (_fit_history), so no truncation here
-    replies = [out[0] for out in generate_checked(backend, requests, sampling)]
+    # a prompt that cannot fit the model fails alone: its step reads as unparseable (Uncertain)
+    replies = [out[0] if isinstance(out, list) else "" for out in
+               generate_checked(backend, requests, sampling, allow_failures=True)]
     labels = [parse_judgement(r) for r in replies]
     verdicts = [make_verdict([labels[i] for i in indices], [replies[i] for i in indices]) for indices in per_job]
     return verdicts, [(len(r), sum(labels[i] is None for i in r)) for r in new]

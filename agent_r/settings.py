@@ -221,6 +221,8 @@ EXIT_OK, EXIT_ITEMS_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def setup_logging(environ: Mapping[str, str] | None = None) -> None:
+    # vLLM (and its engine processes) log to stdout unless told otherwise; keep stdout for results
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     level = (os.environ if environ is None else environ).get("LOGLEVEL", "INFO").upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 

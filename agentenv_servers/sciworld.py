@@ -90,17 +90,20 @@ def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
     app = FastAPI(title="ScienceWorld (Agent-R local server)", lifespan=lifespan)
     add_health(app, "sciworld", table)
 
+    learning = threading.Lock()   # envs are created concurrently: learn the list exactly once
+
     def learn_games(env: SciEnv) -> None:
         """The game list comes from the simulator itself, once."""
-        if games:
-            return
-        from scienceworld.constants import ID2TASK
+        with learning:
+            if games:
+                return
+            from scienceworld.constants import ID2TASK
 
-        tasks = [(key, name, env.env.get_max_variations(name)) for key, name in ID2TASK.items()]
-        if tuple(tasks) != SCIWORLD_TASKS:
-            log.warning("this scienceworld's task table differs from the one the client's fallback assumes")
-        task_names.extend(env.env.get_task_names())
-        games.extend(build_game_list(tasks))
+            tasks = [(key, name, env.env.get_max_variations(name)) for key, name in ID2TASK.items()]
+            if tuple(tasks) != SCIWORLD_TASKS:
+                log.warning("this scienceworld's task table differs from the one the client's fallback assumes")
+            task_names.extend(env.env.get_task_names())
+            games.extend(build_game_list(tasks))
 
     def with_env(env_id: int, fn, loaded: bool = True):
         env = table.get(env_id)

@@ -306,3 +306,22 @@ def test_xtuner_trainer_runs_train_sh_in_the_training_env(tmp_path, tiny_model_d
     hf = tmp_path / "model" / "hf"
     assert (hf / "config.json").exists() and list(hf.glob("*.safetensors"))
     assert "next iteration: export MODEL_DIR=" in (tmp_path / "model" / "train.log").read_text()
+
+
+def test_cpu_trainer_prefix_cache_gives_the_plain_loss(tiny_model_dir):
+    """A batch's shared prefix runs once; the summed token loss equals each
+    sample's own full forward pass."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    batch = cpu_trainer.examples(_samples()[:3], tok, 512)
+    assert cpu_trainer.common_prefix(batch) > 10
+    got, tokens = cpu_trainer.batch_loss(model, batch, tok.pad_token_id)
+    want, n = 0.0, 0
+    for ex in batch:
+        k = sum(1 for y in ex.labels[1:] if y != -100)
+        out = model(input_ids=torch.tensor([ex.ids]), labels=torch.tensor([ex.labels]))
+        want, n = want + out.loss.item() * k, n + k
+    assert tokens == n and abs(got.item() - want) < 1e-3 * want
