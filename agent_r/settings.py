@@ -304,7 +304,8 @@ class BackendSettings:
     kv_cache_gib: float | None = setting(None, minimum=0.01, help="vllm: KV-cache size in GiB instead of the "
                                          "--gpu_memory_utilization share (default: that share on GPU; 2 on CPU, "
                                          "where the share would reserve that fraction of the machine's RAM)")
-    hf_batch_size: int = setting(16, minimum=1, help="hf: sequences per generate call (default 16)")
+    hf_batch_size: int = setting(0, minimum=0, help="hf: sequences per generate call; 0 (default) = all of a "
+                                 "call's sequences on a GPU, 16 on CPU")
     allow_cpu: bool = setting(False, env="ALLOW_CPU", help="hf/vllm: run a model over ~1B parameters on CPU anyway "
                               "(default 0: refuse; no usable GPU usually means a broken CUDA setup)")
     openai_base_url: str | None = setting(None, env="OPENAI_BASE_URL", flag=None,

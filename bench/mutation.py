@@ -60,7 +60,7 @@ TESTS = [
     "tests/test_faithful_sciworld_actions.py", "tests/test_faithful_tree_json.py", "tests/test_env_textcraft.py",
     "tests/test_env_sciworld.py", "tests/test_env_webshop.py", "tests/test_spec_clients.py", "tests/test_spec_eval.py",
     "tests/test_spec_io.py", "tests/test_spec_revision.py", "tests/test_spec_sciworld.py", "tests/test_spec_search.py",
-    "tests/test_spec_conversation.py", "tests/test_spec_export.py", "tests/test_export_length.py",
+    "tests/test_spec_conversation.py", "tests/test_spec_export.py", "tests/test_spec_tree.py",
     "tests/test_eval_scripted.py", "tests/test_path_collection.py",
     "tests/test_faults_env.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
     "tests/test_faults_env.py::test_tree_fails_after_the_bounded_restarts",
@@ -174,6 +174,7 @@ STATUS = re.compile(r"^\s*([\w.]+__mutmut_\d+): (.+)$")
 def report(work: Path, diffs: bool = True) -> dict:
     """Per module: mutants by status; survivors (with their diff lines)."""
     out = mutmut(work, "results", "--all", "true", capture_output=True, text=True).stdout
+    confirmed = json.loads((work / "confirmed.json").read_text()) if (work / "confirmed.json").exists() else {}
     by_module: dict[str, Counter] = {}
     survivors = []
     for line in out.splitlines():
@@ -181,6 +182,8 @@ def report(work: Path, diffs: bool = True) -> dict:
         if not m:
             continue
         name, status = m.groups()
+        if status == "survived" and confirmed.get(name) == "killed":
+            status = "killed (confirm)"
         module = name.split(".x_")[0].split(".xǁ")[0]
         by_module.setdefault(module, Counter())[status] += 1
         if status in ("survived", "no tests", "timeout", "suspicious"):
@@ -196,6 +199,37 @@ def report(work: Path, diffs: bool = True) -> dict:
     return data
 
 
+def confirm(work: Path, tests: list[str], minutes: float) -> dict[str, str]:
+    """Each survivor against ``tests`` (the current tests/ copied in), run the
+    way mutmut runs a mutant (MUTANT_UNDER_TEST in the mutants folder): a kill
+    found by tests written after the run, or by tests that run scripts in
+    subprocesses (which mutmut cannot map to functions). Returns name ->
+    "killed" | "survived"; kept in confirmed.json, which report() reads."""
+    shutil.rmtree(work / "mutants" / "tests")
+    shutil.copytree(ROOT / "tests", work / "mutants" / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    servers = [start("agentenv_servers.textcraft", work), start("agentenv_servers.sciworld", work)]
+    env = {**os.environ, "PYTHONPATH": f"{LIB}:{work}", "TEST_TEXTCRAFT_SERVER": servers[0][1],
+           "TEST_SCIWORLD_SERVER": servers[1][1], "OMP_NUM_THREADS": "1"}
+    path = work / "confirmed.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    deadline = time.monotonic() + minutes * 60
+    try:
+        for s in report(work, diffs=False)["survivors"]:
+            if s["name"] in done or time.monotonic() > deadline:
+                continue
+            res = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p",
+                                  "no:cacheprovider", *tests], cwd=work / "mutants",
+                                 env={**env, "MUTANT_UNDER_TEST": s["name"]}, capture_output=True, text=True)
+            done[s["name"]] = "survived" if res.returncode == 0 else "killed"
+            path.write_text(json.dumps(done, indent=1, ensure_ascii=False))
+            print(f"{s['name']}: {done[s['name']]}", flush=True)
+    finally:
+        for server, _ in servers:
+            server.terminate()
+            server.wait()
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--modules", default=",".join(MODULES), help="comma list of: " + ", ".join(MODULES))
@@ -207,12 +241,16 @@ def main() -> int:
                         "tested keep their result)")
     parser.add_argument("--only", default="", help="with --resume: comma list of mutant name patterns, in "
                         "order of priority (e.g. 'agent_r.tree*,agent_r.io*')")
+    parser.add_argument("--confirm", nargs="+", metavar="TEST", help="run each survivor of the run in --work "
+                        "against these tests (new tests, or ones that run scripts in subprocesses)")
     parser.add_argument("--retest", action="store_true", help="copy the current tests/ into --work and rerun "
                         "only the mutants that survived (after adding tests)")
     args = parser.parse_args()
     work = Path(args.work)
     install()
-    if args.retest:
+    if args.confirm:
+        confirm(work, args.confirm, args.minutes)
+    elif args.retest:
         names = [s["name"] for s in report(work, diffs=False)["survivors"] if s["status"] != "not checked"]
         for sub in (work, work / "mutants"):
             shutil.rmtree(sub / "tests")
@@ -231,7 +269,7 @@ def main() -> int:
     for module, counts in data["modules"].items():
         print(f"{module}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     total = data["total"]
-    killed = total.get("killed", 0)
+    killed = total.get("killed", 0) + total.get("killed (confirm)", 0)
     print(f"total: {sum(total.values())} mutants, {killed} killed "
           f"({100 * killed / max(1, sum(total.values())):.1f}%); survivors in {work / 'report.json'}")
     return 0

@@ -77,6 +77,36 @@ def test_hf_seeded_sampling_reproducible_per_batch(hf):
     assert hf.generate(batch, sampling) == hf.generate(batch, sampling)
 
 
+def test_hf_generate_runs_without_cyclic_gc_and_restores_it(hf, monkeypatch):
+    """A collection inside generate's decode loop scans the whole run's heap
+    (bench/RESULTS.md: a fifth of the GPU's throughput); the collector is
+    off for the call and back on after it, also when generate raises."""
+    import gc
+    seen, real = [], hf.model.generate
+
+    def recording(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hf.model, "generate", recording)
+    assert gc.isenabled()
+    hf.generate([GenerationRequest(conversation(0))], GREEDY)
+    assert seen == [False] and gc.isenabled()
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(hf.model, "generate", failing)
+    with pytest.raises(RuntimeError):
+        hf.generate([GenerationRequest(conversation(0))], GREEDY)
+    assert gc.isenabled()
+
+
+def test_hf_batch_size_auto_is_whole_call_on_gpu_16_on_cpu(tiny_model_dir):
+    assert HFBackend(tiny_model_dir, device="cpu").batch_size == llm.CPU_HF_BATCH == 16
+    assert BackendSettings().hf_batch_size == 0          # the scripts' default is auto
+
+
 def test_hf_count_tokens_is_real_chat_prompt(tiny_model_dir, hf):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     for i in range(3):

@@ -241,3 +241,14 @@ def test_webshop_create_must_answer_an_integer_id(canned):
     server = canned({"/create": 1, "/observation": {"text": "x"}, "/reset": {}})
     with pytest.raises(EnvServerError, match=r"/observation.*expected a string"):
         WebshopEnvClient(server.url, 3).reset(0)
+
+
+@pytest.mark.parametrize("cls", [TextCraftEnvClient, WebshopEnvClient])
+def test_close_on_a_dead_server_tries_once(cls, canned, slept):
+    """Closing is best effort: one attempt, however many retries other calls get."""
+    server = canned({"/create": 4 if cls is WebshopEnvClient else {"id": 4, "observation": "o"}, "/close": True})
+    client = cls(server.url, 3, max_retries=5)
+    server.close()
+    client.close()                       # the server is gone: logged, not raised
+    assert slept == []                   # no retry, no backoff
+    client.close()                       # idempotent

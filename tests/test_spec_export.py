@@ -99,3 +99,40 @@ def test_write_export_writes_one_compact_json_document(tmp_path):
     dpo = tmp_path / "dpo.json"
     line = export.write_export(export.ExportSettings(format="dpo", input=[str(path)], output=str(dpo)))
     assert "preference pairs (eto layout)" in line and json.loads(dpo.read_text())
+
+
+def step(role: str, content: str) -> dict:
+    return {"role": role, "content": content}
+
+
+@pytest.mark.parametrize("high_tail,low_tail,expected", [
+    # the paths part at a turn: that turn is chosen / rejected, the shared step is prompt
+    ([step("assistant", "a"), step("user", "o"), step("assistant", "b")],
+     [step("assistant", "a"), step("user", "o"), step("assistant", "x")], ("b", "x", 6)),
+    # the same turn met different observations: no step where the model chose differently
+    ([step("assistant", "a"), step("user", "o1"), step("assistant", "b")],
+     [step("assistant", "a"), step("user", "o2"), step("assistant", "x")], None),
+    # one path ends where the other goes on: nothing to prefer
+    ([step("assistant", "a"), step("user", "o")], [step("assistant", "a"), step("user", "o"),
+                                                    step("assistant", "x")], None),
+    # a malformed log (a user message where a turn belongs) is skipped, not paired
+    ([step("user", "odd"), step("assistant", "b")], [step("assistant", "x"), step("user", "o")], None),
+    ([step("assistant", "x"), step("user", "o")], [step("user", "odd"), step("assistant", "b")], None),
+])
+def test_trl_step_pair(high_tail, low_tail, expected):
+    pair = export.trl_step_pair(HEAD + high_tail, HEAD + low_tail)
+    if expected is None:
+        assert pair is None
+    else:
+        chosen, rejected, cut = expected
+        assert pair["chosen"] == [step("assistant", chosen)] and pair["rejected"] == [step("assistant", rejected)]
+        assert pair["prompt"] == [{"role": m["role"], "content": m["content"]} for m in (HEAD + high_tail)[:cut]]
+
+
+def test_xtuner_export_says_how_token_lengths_fared(tmp_path):
+    rev, good = rows(1, 1)
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rev + good))
+    line = export.write_export(export.ExportSettings(format="xtuner", input=[str(path)], output=str(tmp_path / "o")))
+    first, note = line.split("\n")
+    assert first.startswith("wrote 2 samples") and "token lengths" in note

@@ -20,6 +20,7 @@ from tests.support.faults import SEARCH_DOUBLE, files, run_script
 from tests.support.search_doubles import SeededTextCraftDouble, seeded_textcraft_policy
 
 TEXTCRAFT = envs.get_env("textcraft")
+EXPERT = "python:tests.support.tree_fixtures:expert_or_mistake_backend"   # solves tasks: trees with successes
 
 
 def explore_or_exploit() -> tuple[Node, Node, Node]:
@@ -132,10 +133,10 @@ def test_collect_trees_resumes_and_records_its_run(tmp_path, textcraft_server):
 
     instruction = tmp_path / "instruction.txt"
     instruction.write_text("MY OWN INSTRUCTION: answer with Action: <action>.")
-    env = {"TASK": "textcraft", "ITERA": "1", "MAX_DEPTH": "1", "N_GEN": "2",
+    env = {"TASK": "textcraft", "ITERA": "3", "MAX_DEPTH": "3", "N_GEN": "2",
            "AGENTENV_INSTRUCTION_FILE": str(instruction)}
     flags = ["--env_server_base", textcraft_server, "--output_dir", str(tmp_path / "out"), "--min", "1", "--max", "4",
-             "--backend", SEARCH_DOUBLE]
+             "--backend", EXPERT]
     folder = tmp_path / "out" / "textcraft" / BUNDLED_MODEL.name
     first = collect_trees(parse(SearchSettings, flags, env))         # the settings' own backend, made and closed
     assert (first.done, first.skipped, first.failed) == (3, 0, [])
@@ -151,6 +152,7 @@ def test_collect_trees_resumes_and_records_its_run(tmp_path, textcraft_server):
     for key in ("leaves", "successful_leaves", "env_steps"):        # the summary adds up the trees
         assert getattr(first, key) == stats[key] == sum(item[key] for item in items.values()), key
     assert (stats["done"], stats["skipped"], stats["failed"]) == (3, 0, 0) and stats["backend"]["calls"] > 0
+    assert sum(item["successful_leaves"] > 0 for item in items.values()) >= 2   # sums over trees, not the last
 
     idle = ScriptedBackend(seeded_textcraft_policy)
     again = collect_trees(parse(SearchSettings, flags, env), backend=idle)
