@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup setup-train test demo
+.PHONY: setup setup-train setup-browser test demo
 
 setup: $(VENV)/.installed
 
@@ -69,7 +69,22 @@ $(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
 check-install-sets: setup
 	$(PY) -m pytest -q tests/test_install_sets.py
 
-test: setup setup-train
+# A real headless browser for the tree viewer's tests (tests/test_viewer_browser.py):
+# Debian's chromium and chromium-driver, installed only when /usr/bin/chromium or
+# /usr/bin/chromedriver is missing (selenium itself is in requirements.txt). Where
+# that cannot be done (no apt-get, neither root nor password-less sudo) it says so
+# and the browser tests skip with that reason (under CI=true they fail instead).
+setup-browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+		echo "setup-browser: no apt-get here; install Chromium and chromedriver at /usr/bin yourself"; \
+	else \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		{ $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver; } \
+		|| echo "setup-browser: could not install chromium chromium-driver (as root: apt-get install chromium chromium-driver)"; \
+	fi
+
+test: setup setup-train setup-browser
 	$(PY) -m pytest -q tests
 
 demo: setup

@@ -1,7 +1,7 @@
 """Evaluate a policy on the held-out test tasks (SPEC section 5).
 
     TASK=textcraft MODEL_DIR=models/tiny python eval.py --limit 20
-    python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval
+    python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval --plot compare.png
 
 Results go to {output_dir}/{TASK}/{model_name}_{MODEL_TYPE}/; rerunning the
 same command resumes. Exit status: 0 every episode finished, 1 some episode
@@ -10,14 +10,17 @@ unreachable server. See docs/evaluation.md.
 """
 from __future__ import annotations
 
-from agent_r import evaluation, report
+from agent_r import evaluation, plots, report
 from agent_r.settings import EXIT_OK, parse, run_cli
 
 
 def main(argv: list[str] | None = None) -> int:
     settings = parse(evaluation.EvalSettings, argv, description=__doc__, prog="eval.py")
     if settings.compare:
-        print(report.compare(settings.compare, settings.task))
+        summaries = report.compare_summaries(settings.compare, settings.task)
+        print(report.format_table(summaries))
+        if settings.plot:
+            print(f"plot: {plots.compare_plot(summaries, report.run_labels(summaries), settings.plot)}")
         return EXIT_OK
     done = evaluation.run(settings)
     print(report.format_table([done.summary]))

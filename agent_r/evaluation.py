@@ -71,6 +71,8 @@ class EvalSettings:
                                 "or of the --revise_from rows (default: all)")
     compare: list[str] | None = setting(None, help="print the summaries of these finished run folders side by "
                                         "side and exit; runs nothing")
+    plot: str | None = setting(None, help="with --compare: also write a PNG of the runs' success and loop "
+                               "statistics to this file")
     revise_from: str | None = setting(None, help="a JSONL file of failed trajectories to continue (the revision "
                                       "task)")
     env_retries: int = setting(2, minimum=0, help="the fresh-env restarts of an episode after env errors "
@@ -82,6 +84,8 @@ class EvalSettings:
 
     def finish(self) -> None:
         """TASK is required unless the run only compares finished folders."""
+        if self.plot and not self.compare:
+            raise UsageError("--plot draws the runs of --compare: pass --compare RUN_DIR... with it")
         if self.compare:
             return
         if not (self.task and self.task.strip()):

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import re
 import subprocess
 import time
@@ -42,7 +41,7 @@ from typing import Any, Callable, Optional
 
 from tqdm import tqdm
 
-from agent_r import cpu_trainer, evaluation, export, report, revision_data, search
+from agent_r import cpu_trainer, evaluation, export, plots, report, revision_data, search
 from agent_r.envs import get_env, identify_server
 from agent_r.io import atomic_write_json, atomic_write_jsonl, atomic_write_text, read_json
 from agent_r.llm import Backend, make_backend, resolve_model_dir
@@ -644,29 +643,12 @@ def _fmt(x: Optional[float]) -> str:
 def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     """results.png: test success % per iteration, one line per variant (each
     starts at the base model), one panel per task plus the average."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = s.tasks + (["average"] if len(s.tasks) > 1 else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     value = lambda r, t: average(r, "success_pct") if t == "average" else r["test"][t]["success_pct"]  # noqa: E731
     base = [r for r in rows if r["iteration"] == 0]
-    for ax, t in zip(axes[0], panels):
-        for variant in s.variant_list:
-            mine = base + [r for r in rows if r["variant"] == variant]
-            ax.plot([r["iteration"] for r in mine], [value(r, t) for r in mine], marker="o", label=variant)
-        ax.set(title=t, xlabel="iteration", ylabel="test success %")
-        ax.set_ylim(bottom=0)
-        ax.set_xticks(range(s.iterations + 1))
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, path)
+    panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
+                  for variant in s.variant_list}
+              for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
+    plots.iteration_lines(panels, s.iterations, path)
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:

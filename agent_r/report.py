@@ -113,9 +113,14 @@ def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
     return {"run_dir": str(run_dir), "task": spec.name, **summarize(load_results(run_dir), spec.max_score)}
 
 
+def run_labels(summaries: list[dict[str, Any]]) -> list[str]:
+    """How a table or plot names each run: its folder's name."""
+    return [Path(s["run_dir"]).name for s in summaries]
+
+
 def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
     """Runs side by side, one column each (iteration 0 vs 1 vs 2)."""
-    labels = labels or [Path(s["run_dir"]).name for s in summaries]
+    labels = labels or run_labels(summaries)
     rows: list[tuple[str, list[str]]] = [
         ("task", [s["task"] for s in summaries]),
         ("tasks", [str(s["tasks"]) for s in summaries]),
@@ -158,6 +163,11 @@ def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:
         raise UsageError(f"cannot tell which task {run_dir} holds: set TASK=textcraft|sciworld|webshop") from None
 
 
+def compare_summaries(run_dirs: list[str], task: str | None = None) -> list[dict[str, Any]]:
+    """The summaries of several finished runs, for the table and the plot; runs nothing."""
+    return [summarize_dir(d, env_of_run(d, task)) for d in run_dirs]
+
+
 def compare(run_dirs: list[str], task: str | None = None) -> str:
     """The table of several finished runs; runs nothing."""
-    return format_table([summarize_dir(d, env_of_run(d, task)) for d in run_dirs])
+    return format_table(compare_summaries(run_dirs, task))

@@ -29,6 +29,7 @@ MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}    # the tiny model's turns are ~25 tokens;
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-12}    # expert plans of the first test tasks need <= 6
 REVISE_LIMIT=${REVISE_LIMIT:-5}         # revision task: the base model's first 5 failed test episodes
 CONCURRENCY=${CONCURRENCY:-16}          # trees / episodes whose model turns share one batched call
+MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-4}  # revision pairs per tree (0 = all, the reference; many repeat one good path)
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then make -s setup; fi
 mkdir -p "$OUT"
@@ -56,8 +57,15 @@ echo "== iterate.py: base eval, then $ITERATIONS iteration(s) of search on train
      "(EPOCHS=$EPOCHS LR=$LR) -> eval on ${DEMO_EVAL_LIMIT:-all} test tasks"
 "$PY" iterate.py --name "$NAME" --runs_dir "$OUT" --env_server_base "$URL" --min "$DEMO_MIN" --max "$DEMO_MAX" \
     --max_new_tokens "$MAX_NEW_TOKENS" --eval_max_steps "$EVAL_MAX_STEPS" --revise_limit "$REVISE_LIMIT" \
-    --concurrency "$CONCURRENCY" \
+    --concurrency "$CONCURRENCY" --max_pairs_per_tree "$MAX_PAIRS_PER_TREE" \
     ${DEMO_EVAL_LIMIT:+--eval_limit "$DEMO_EVAL_LIMIT"}
 
 echo "== what the demo made"
 "$PY" -m scripts.demo_summary "$OUT/$NAME"
+
+# Pages to look at the first search in a browser (docs/viewer.md), agent-r's revision pairs marked.
+REVISIONS=("$OUT/$NAME"/iter_1/data/agent-r/*_centric.jsonl)
+[ -e "${REVISIONS[0]}" ] && REVISIONS=(--revisions "${REVISIONS[@]}") || REVISIONS=()
+echo "== tree viewer"
+"$PY" -m agent_r.view "$OUT/$NAME/iter_1/trees" ${REVISIONS[@]+"${REVISIONS[@]}"} -o "$OUT/$NAME/viewer"
+echo "open $OUT/$NAME/viewer/index.html in a browser (one page per tree under $OUT/$NAME/viewer/)"

@@ -28,6 +28,10 @@ def test_demo_makes_trees_revision_data_and_a_score(tmp_path):
     assert {(it, n) for it, _variant, _task, n, _success, _score in s["scores"]} == {(0, 3), (1, 3)}
     assert "revision samples:" in proc.stdout and "score x100" in proc.stdout
     assert (run / "results.md").exists() and (run / "results.png").exists()
+    # viewer pages of the searched trees, one per tree, revision pairs matched to them
+    pages = list((run / "viewer").rglob("search_results_*.html"))
+    assert (run / "viewer" / "index.html").exists() and len(pages) == s["trees"]
+    assert f"{run}/viewer/index.html" in proc.stdout and "revision pairs shown:" in proc.stdout
     # the exported samples carry explicit loss flags, the bad prefix untrained
     rows = json.loads(next((run / "iter_1" / "data").glob("*/train.json")).read_text())
     flags = [m["loss"] for r in rows for m in r["messages"] if m["role"] == "assistant" and "loss" in m]

@@ -1,0 +1,95 @@
+"""Result plots as PNG files: iterate.py's results.png and ``eval.py
+--compare ... --plot FILE``.
+
+One home for figures so both share matplotlib's Agg backend (no display on a
+cluster node or in CI), the atomic write (a killed run never leaves half a
+PNG) and the numbers drawn, kept in the PNG's "Description" text chunk as
+JSON: the picture says what it shows to a reader and to a test.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from agent_r.report import LOOP_LENGTHS
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: str | os.PathLike, numbers: Any) -> Path:
+    """Write ``fig`` to ``path`` atomically, with ``numbers`` as the PNG's description."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    try:
+        fig.savefig(tmp, dpi=100, metadata={"Description": json.dumps(numbers, sort_keys=True)})
+        os.replace(tmp, path)
+    finally:
+        _pyplot().close(fig)
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def iteration_lines(panels: dict[str, dict[str, list[tuple[int, float]]]], iterations: int,
+                    path: str | os.PathLike) -> Path:
+    """One panel per task (and the average): test success % against the
+    self-training iteration, one line per variant."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels.items()):
+        for label, points in lines.items():
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
+        ax.set(title=title, xlabel="iteration", ylabel="test success %")
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(range(iterations + 1))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return save(fig, path, panels)
+
+
+def compare_numbers(summaries: Sequence[dict], labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """What the compare plot draws, per run label."""
+    return {label: {"success_pct": 100 * s["success_rate"], "score_x100": s["score_x100"], "tasks": s["tasks"],
+                    "loop_pct": {str(k): 100 * s["loops"][str(k)]["fraction"] for k in LOOP_LENGTHS}}
+            for s, label in zip(summaries, labels)}
+
+
+def compare_figure(numbers: dict[str, dict[str, Any]]) -> Any:
+    """Left: success % and score x100 per run. Right: % of episodes with a
+    loop of period k (report.count_repeats), runs side by side per k."""
+    plt = _pyplot()
+    runs = list(numbers)
+    width = 0.8 / max(len(runs), 1)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, run in enumerate(runs):
+        n = numbers[run]
+        bars = left.bar([j + (i - (len(runs) - 1) / 2) * width for j in range(2)],
+                        [n["success_pct"], n["score_x100"]], width, label=f"{run} ({n['tasks']} tasks)")
+        left.bar_label(bars, fmt="%.1f", fontsize=8)
+        right.bar([k + (i - (len(runs) - 1) / 2) * width for k in LOOP_LENGTHS],
+                  [n["loop_pct"][str(k)] for k in LOOP_LENGTHS], width, label=run)
+    left.set_xticks(range(2), ["success %", "score x100"])
+    left.set(title="success per run", ylim=(0, 105))
+    right.set_xticks(list(LOOP_LENGTHS), [f"k={k}" for k in LOOP_LENGTHS])
+    right.set(title="episodes with a loop of period k", ylabel="% of episodes", ylim=(0, 105))
+    for ax in (left, right):
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def compare_plot(summaries: Sequence[dict], labels: Sequence[str], path: str | os.PathLike) -> Path:
+    """``eval.py --compare RUN... --plot FILE``: the runs' success and loops as a PNG."""
+    numbers = compare_numbers(summaries, labels)
+    return save(compare_figure(numbers), path, numbers)
