@@ -1,15 +1,18 @@
 """How well the bundled model judges its own steps, on held-out TEST tasks.
 
-    .venv/bin/python bench/bench_verifier.py [--tasks 30] [--trees DIR] [--out work_dirs/bench_verifier]
+    .venv/bin/python bench/bench_verifier.py [--model_dir DIR] [--episodes EVAL_DIR | --trees DIR] [--out work_dirs/bench_verifier]
 
-1. Search trees on ``--tasks`` TEST-split tasks (evenly spread) with the model
-   (mcts_collection.py against a local TextCraft server; ``--trees`` reuses a
-   folder of trees instead). The model never trained on these tasks.
+1. The model's own steps on TEST-split tasks, which it never trained on:
+   by default its sampled episodes (eval.py at TEMP 1.0 over the whole test
+   split, run here against a local TextCraft server; ``--episodes`` reuses
+   an eval output folder), each episode one path. The search cannot make
+   these: mcts_collection.py never searches a test task (the contamination
+   guard). ``--trees`` judges a folder of trees instead.
 2. Judge every step of every leaf path with path_collection's own verifier
    path (agent_r.revision.verify_paths with the RevisionConfig that
    PathSettings builds: the same prompts, history truncation, batching,
    seeds and parsing), at the demo's settings (MAX_TOKEN_LENGTH 2048,
-   --max_new_tokens 100, greedy).
+   --max_new_tokens 60, greedy).
 3. Compare with the ground truth of scripts/make_verifier_data.ground_truth
    (the game's answer and the task's recipes): parse rate, agreement,
    confusion matrix, Bad recall/precision, and how often the first step
@@ -36,32 +39,52 @@ from agent_r.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from agent_r.llm import BUNDLED_MODEL, make_backend  # noqa: E402
 from agent_r.revision_data import PathSettings  # noqa: E402
 from agent_r.settings import BackendSettings  # noqa: E402
-from agent_r.tree import leaf_paths, load_tree  # noqa: E402
-from scripts.make_verifier_data import DEMO_MAX_TOKEN_LENGTH, ground_truth  # noqa: E402
+from agent_r.conversation import parse_action  # noqa: E402
+from agent_r.tree import Node, leaf_paths, load_tree  # noqa: E402
+from scripts.make_verifier_data import DEMO_MAX_NEW_TOKENS, DEMO_MAX_TOKEN_LENGTH, ground_truth  # noqa: E402
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402
+from tests.support.tree_fixtures import backup  # noqa: E402
 
 LABELS = (revision.GOOD, revision.BAD, revision.UNCERTAIN)
-SEARCH_ENV = {"TASK": "textcraft", "ITERA": "2", "N_GEN": "4", "MAX_DEPTH": "10", "TEMP": "1.0",
-              "MAX_TOKEN_LENGTH": str(DEMO_MAX_TOKEN_LENGTH), "LOGLEVEL": "WARNING"}
+EVAL_ENV = {"TASK": "textcraft", "TEMP": "1.0", "LOGLEVEL": "WARNING", "OMP_NUM_THREADS": "1"}
 
 
-def search_test_trees(model_dir: str, tasks: int, out: Path) -> Path:
-    """Trees of ``tasks`` test tasks spread evenly over the split (easy to
-    hard: the split is ordered by recipe depth), searched by the model."""
-    split_all = get_env("textcraft").split_indices("test")
-    test = [split_all[i * len(split_all) // tasks] for i in range(min(tasks, len(split_all)))]
-    split = out / "test_split.json"
-    split.parent.mkdir(parents=True, exist_ok=True)
-    split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in test]))
+def sample_test_episodes(model_dir: str, out: Path) -> Path:
+    """The model's sampled episodes on every test task (eval.py, TEMP 1.0)."""
     proc, url = start_server("agentenv_servers.textcraft")
     try:
-        env = {**os.environ, **SEARCH_ENV, "MODEL_DIR": model_dir, "MODEL_NAME": "model", "PYTHONPATH": str(ROOT)}
-        subprocess.run([sys.executable, "mcts_collection.py", "--env_server_base", url, "--split_file", str(split),
-                        "--output_dir", str(out / "mcts_test"), "--max_new_tokens", "60", "--backend", "hf",
-                        "--concurrency", "32", "--hf_batch_size", "32"], cwd=ROOT, env=env, check=True)
+        env = {**os.environ, **EVAL_ENV, "MODEL_DIR": model_dir, "MODEL_NAME": "model", "PYTHONPATH": str(ROOT)}
+        subprocess.run([sys.executable, "eval.py", "--env_server_base", url, "--output_dir", str(out / "episodes"),
+                        "--max_steps", "12", "--max_new_tokens", "60", "--backend", "hf", "--concurrency", "50",
+                        "--hf_batch_size", "50"], cwd=ROOT, env=env, check=True)
     finally:
         stop_server(proc)
-    return out / "mcts_test" / "textcraft" / "model"
+    return out / "episodes" / "textcraft" / "model_eval"
+
+
+def episode_trees(folder: Path) -> list[tuple[int, Node]]:
+    """Each eval episode as a one-path tree (the leaf scored by the env), so
+    it goes through the same verifier path as a searched tree's leaf path."""
+    test = set(get_env("textcraft").split_indices("test"))
+    trees = []
+    for path in sorted(folder.glob("search_results_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+        episode = json.loads(path.read_text())
+        if episode["task_id"] not in test:
+            raise SystemExit(f"{path}: task {episode['task_id']} is not a test task; this benchmark is on "
+                             "held-out tasks only")
+        state = episode["state"]
+        node = root = Node(state=state[:4])
+        for k in range(4, len(state) - 1, 2):
+            turn, obs = state[k]["content"], state[k + 1]["content"]
+            action = parse_action(turn)
+            node = node.add_child(Node(obs=obs, llm_response=turn, depth=node.depth + 1, action=action,
+                                       recent_actions=node.recent_actions + [[action, obs]], state=state[:k + 2]))
+        if node is not root:
+            node.is_terminal, node.env_score = True, float(episode["env_score"] or 0.0)
+            trees.append((episode["task_id"], backup(root)))
+    if not trees:
+        raise SystemExit(f"no eval episodes (search_results_<idx>.json) in {folder}")
+    return trees
 
 
 def load_test_trees(folder: Path) -> list[tuple[int, object]]:
@@ -79,7 +102,7 @@ def load_test_trees(folder: Path) -> list[tuple[int, object]]:
 
 def judge(trees, model_dir: str, batch: int) -> tuple[list[dict], list[dict]]:
     """(one record per distinct step, one per leaf path), judged in one verify_paths call."""
-    settings = PathSettings(task="textcraft", max_token_length=DEMO_MAX_TOKEN_LENGTH, max_new_tokens=100,
+    settings = PathSettings(task="textcraft", max_token_length=DEMO_MAX_TOKEN_LENGTH, max_new_tokens=DEMO_MAX_NEW_TOKENS,
                             verifier_temperature=0.0,
                             backend=BackendSettings(backend="hf", model_dir=model_dir, hf_batch_size=batch))
     cfg = settings.revision_config()
@@ -144,22 +167,26 @@ def report(steps: list[dict], paths: list[dict], alpha: float) -> tuple[str, dic
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model_dir", default=str(BUNDLED_MODEL))
-    parser.add_argument("--tasks", type=int, default=30, help="test tasks searched, evenly spread (default 30)")
-    parser.add_argument("--trees", default=None, help="a folder of test-task trees to judge instead of searching")
+    parser.add_argument("--episodes", default=None, help="an eval.py output folder of test episodes to judge "
+                        "instead of sampling them")
+    parser.add_argument("--trees", default=None, help="a folder of test-task trees to judge instead of episodes")
     parser.add_argument("--out", default="work_dirs/bench_verifier")
     parser.add_argument("--hf_batch_size", type=int, default=32)
     args = parser.parse_args()
     out = Path(args.out)
     started = time.time()
-    folder = Path(args.trees) if args.trees else search_test_trees(args.model_dir, args.tasks, out)
+    if args.trees:
+        trees = load_test_trees(Path(args.trees))
+    else:
+        trees = episode_trees(Path(args.episodes) if args.episodes else sample_test_episodes(args.model_dir, out))
     searched = time.time()
-    steps, paths = judge(load_test_trees(folder), args.model_dir, args.hf_batch_size)
+    steps, paths = judge(trees, args.model_dir, args.hf_batch_size)
     table, figures = report(steps, paths, get_env("textcraft").alpha)
-    figures.update(search_s=round(searched - started, 1), judge_s=round(time.time() - searched, 1))
+    figures.update(sample_s=round(searched - started, 1), judge_s=round(time.time() - searched, 1))
     atomic_write_json(out / "bench_verifier.json", figures)
     atomic_write_jsonl(out / "steps.jsonl", steps)
     print(table)
-    print(f"\nsearch {figures['search_s']} s, judging {figures['judge_s']} s; details in {out}")
+    print(f"\nsampling {figures['sample_s']} s, judging {figures['judge_s']} s; details in {out}")
     return 0
 
 

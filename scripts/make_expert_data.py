@@ -29,7 +29,7 @@ from agent_r.io import atomic_write_jsonl
 from agent_r.settings import UsageError, run_cli, setup_logging
 from agentenv_client import load_instruction
 from agentenv_servers.textcraft_env import RecipeBook, TextCraftGame, item_text, load_recipe_book
-from agentenv_servers.textcraft_expert import UnsolvableTask, solve
+from agentenv_servers.textcraft_expert import Plan, Step, UnsolvableTask, solve
 
 log = logging.getLogger("make_expert_data")
 
@@ -95,13 +95,40 @@ def rename_messages(messages: list[dict], mapping: dict[str, str]) -> list[dict]
     return [m if i < 3 else dict(m, content=rename_text(m["content"], mapping)) for i, m in enumerate(messages)]
 
 
+def item_of(action: str) -> str:
+    """The item a `get N item` or `craft N item using ...` action is about."""
+    return action.split(" using ", 1)[0].split(" ", 2)[2]
+
+
+def goal_chain_turns(plan: Plan) -> list[str]:
+    """The expert's turns with the thought opened by the chain of recipes
+    that leads from the goal to the step's item ("acacia boat needs acacia
+    planks, acacia planks needs acacia logs."). Each link is copied from the
+    goal line or a recipe line, so a small model learns to read the goal and
+    follow its recipes instead of recalling plans of goals it has seen."""
+    parents: dict[str, str] = {}
+    for action in plan.actions:
+        if action.startswith("craft "):
+            for part in action.split(" using ", 1)[1].split(", "):
+                parents.setdefault(part.split(" ", 1)[1], item_of(action))
+    turns = []
+    for step in plan.steps:
+        item, links = item_of(step.action), []
+        while item != plan.goal and item in parents and len(links) < 8:
+            links.append(f"{parents[item]} needs {item}")
+            item = parents[item]
+        chain = ", ".join(reversed(links))
+        turns.append(Step(f"{chain}. {step.thought}" if chain else step.thought, step.action).turn())
+    return turns
+
+
 def expert_conversation(game: TextCraftGame, instruction: str) -> list[dict] | None:
     """The expert's successful episode as messages with explicit loss flags; None if it fails."""
     messages = initial_conversation(instruction, game.observation)
     plan = solve(game.observation)
-    for step in plan.steps:
+    for step, turn in zip(plan.steps, goal_chain_turns(plan)):
         obs, reward, done = game.step(step.action)
-        messages = append_turn(messages, step.turn(), obs)
+        messages = append_turn(messages, turn, obs)
         if done:
             break
     if not (done and reward == 1):

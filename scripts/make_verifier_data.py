@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import random
 import re
 from collections import Counter
@@ -34,7 +35,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from agent_r.io import atomic_write_jsonl
-from agent_r.llm import BUNDLED_MODEL, chat_token_count, load_tokenizer
+from agent_r.llm import BUNDLED_MODEL, Backend, chat_token_count, load_tokenizer
 from agent_r.revision import BAD, GOOD, UNCERTAIN, _fit_history
 from agent_r.revision_data import PathSettings
 from agent_r.settings import UsageError, run_cli, setup_logging
@@ -44,6 +45,7 @@ from agentenv_servers.textcraft_expert import NOT_OF_KIND, parse_observation, so
 from scripts.make_expert_data import episode_games, rename_text, renaming, train_indices
 
 DEMO_MAX_TOKEN_LENGTH = 2048   # scripts/demo.sh's MAX_TOKEN_LENGTH: the budget path_collection fits prompts to
+DEMO_MAX_NEW_TOKENS = 60       # scripts/demo.sh's MAX_NEW_TOKENS: what a verifier reply may take
 _GOT = re.compile(r"^Got (\d+) (.+?)\s*$")
 _CRAFTED = re.compile(r"^Crafted (\d+) (?:minecraft:)?(\S+)\s*$")
 
@@ -105,19 +107,22 @@ def failure_reason(action: str, obs: str) -> str:
 
 
 def ground_truth(task: str, action: str, obs: str) -> tuple[str, str]:
-    """(label, one-sentence reason) of a step, from the task's recipes and the game's answer."""
+    """(label, one-sentence reason) of a step, from the task's recipes and the
+    game's answer. A reason opens with what the observation says happened
+    ("It got ..." / "The craft failed ...") and only then decides, so the
+    model reads the step before it judges it."""
     facts = task_facts(task)
     if obs.startswith("Inventory:"):
-        return UNCERTAIN, "Checking the inventory changes nothing; it is neither progress nor a mistake yet."
+        return UNCERTAIN, "It only checked the inventory: neither progress nor a mistake yet."
     got, crafted = _GOT.match(obs), _CRAFTED.match(obs)
     if not (got or crafted):
         return BAD, failure_reason(action, obs)
-    item = got.group(2) if got else item_text(crafted.group(2))
+    verb, item = ("got", got.group(2)) if got else ("crafted", item_text(crafted.group(2)))
     if item == facts.goal:
-        return GOOD, f"This step makes the goal, {item}."
+        return GOOD, f"It {verb} {item}, the goal."
     if item in facts.needed:
-        return GOOD, f"{item} is needed on the way to {facts.goal}: {facts.consumer[item]}."
-    return BAD, f"{item} is not needed: no recipe on the way to {facts.goal} uses it."
+        return GOOD, f"It {verb} {item}, used on the way to {facts.goal}: {facts.consumer[item]}."
+    return BAD, f"It {verb} {item}, but nothing on the way to {facts.goal} uses it."
 
 
 def verifier_reply(label: str, reason: str) -> str:
@@ -126,11 +131,20 @@ def verifier_reply(label: str, reason: str) -> str:
 
 # --------------------------------------------------------------------------- prompts
 
-class TokenCounter:
-    """count_tokens of a backend without the model (what _fit_history needs)."""
+class TokenCounter(Backend):
+    """A backend that only counts tokens (what _fit_history asks of one), with
+    the context limit the hf backend reports for the model."""
+
+    name = "token-counter"
 
     def __init__(self, model_dir: str) -> None:
+        super().__init__()
         self.tokenizer = load_tokenizer(model_dir)
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        self.context_limit = config.get("max_position_embeddings")
+
+    def generate(self, requests, sampling):
+        raise NotImplementedError("TokenCounter only counts tokens")
 
     def count_tokens(self, messages: list[dict]) -> int:
         return chat_token_count(self.tokenizer, messages)
@@ -138,7 +152,8 @@ class TokenCounter:
 
 def revision_config(max_token_length: int):
     """path_collection's own RevisionConfig for TextCraft at this prompt budget."""
-    return PathSettings(task="textcraft", max_token_length=max_token_length).revision_config()
+    return PathSettings(task="textcraft", max_token_length=max_token_length,
+                        max_new_tokens=DEMO_MAX_NEW_TOKENS).revision_config()
 
 
 def example(counter, cfg, task: str, history: list[Step], action: str, obs: str, mapping: dict[str, str]) -> dict:
@@ -195,7 +210,8 @@ def replay(game_args: tuple[int, str, str], actions: list[str]) -> tuple[str, li
     return task, steps
 
 
-def expert_steps(indices: list[int], seed: int, episodes: tuple[int, int], per_episode: int):
+def expert_steps(indices: list[int], seed: int, episodes: tuple[int, int], per_episode: int,
+                 mistakes_per_step: int):
     """(pack key, task idx, task, history, action, obs, renaming, source) of
     expert plans' steps and of mistakes put in at those steps."""
     book = load_recipe_book()
@@ -206,9 +222,9 @@ def expert_steps(indices: list[int], seed: int, episodes: tuple[int, int], per_e
             plan = solve(game.observation).actions
             task, steps = replay(args, plan)
             for k in sorted(rng.sample(range(len(plan)), min(per_episode, len(plan)))):
-                pack = f"e{idx}-{v}-{k}"   # the right step and two wrong ones at the same point
+                pack = f"e{idx}-{v}-{k}"   # the right step and the wrong ones at the same point
                 yield pack, idx, task, steps[:k], steps[k][0], steps[k][1], mapping, "expert"
-                for wrong in rng.sample(mistakes(plan, k, task, rng), 2):
+                for wrong in rng.sample(mistakes(plan, k, task, rng), mistakes_per_step):
                     _, tail = replay(args, plan[:k] + [wrong])
                     yield pack, idx, task, steps[:k], wrong, tail[-1][1], mapping, "mistake"
 
@@ -243,7 +259,8 @@ def main() -> int:
     parser.add_argument("--trees", nargs="*", default=[], help="folders of search trees on TRAIN tasks")
     parser.add_argument("--episodes", type=int, default=1, help="expert episodes per train task with real item names")
     parser.add_argument("--renamed", type=int, default=1, help="further expert episodes per task with made-up item words")
-    parser.add_argument("--per_episode", type=int, default=2, help="expert steps judged per episode (each with 2 mistakes)")
+    parser.add_argument("--per_episode", type=int, default=2, help="expert steps judged per episode")
+    parser.add_argument("--mistakes", type=int, default=1, help="wrong steps put in at each judged expert step")
     parser.add_argument("--per_tree", type=int, default=12, help="distinct steps judged per search tree")
     parser.add_argument("--max_token_length", type=int, default=DEMO_MAX_TOKEN_LENGTH,
                         help="the verifier prompt budget path_collection fits prompts to (MAX_TOKEN_LENGTH)")
@@ -257,7 +274,7 @@ def main() -> int:
     rows = []
     if args.episodes < 1:
         raise UsageError(f"--episodes {args.episodes}: must be >= 1")
-    for source in (expert_steps(indices, args.seed, (args.episodes, args.renamed), args.per_episode),
+    for source in (expert_steps(indices, args.seed, (args.episodes, args.renamed), args.per_episode, args.mistakes),
                    tree_steps(args.trees, args.seed, args.per_tree, set(train_indices()))):
         for pack, idx, task, history, action, obs, mapping, kind in source:
             rows.append({"task_num": str(idx), "source": kind, "pack": pack,

@@ -6,7 +6,7 @@ from agent_r.conversation import append_turn, initial_conversation
 from agentenv_servers.textcraft_env import TextCraftGame
 from agentenv_servers.textcraft_expert import solve
 from agentenv_client import load_instruction
-from scripts.make_expert_data import expert_conversation, train_indices
+from scripts.make_expert_data import expert_conversation, goal_chain_turns, train_indices
 from scripts.train_tiny_model import (EOT, PAD, batch_loss, collate, common_prefix_len, encode, pack_examples,
                                       render, train_tokenizer)
 
@@ -21,10 +21,15 @@ def test_expert_conversations_use_train_tasks_and_our_layout():
     msgs = conversations([131])[0]
     game = TextCraftGame(131)
     expected = initial_conversation(load_instruction("textcraft"), game.observation)
-    for step in solve(game.observation).steps:
-        expected = append_turn(expected, step.turn(), game.step(step.action)[0])
+    plan = solve(game.observation)
+    for step, turn in zip(plan.steps, goal_chain_turns(plan)):
+        expected = append_turn(expected, turn, game.step(step.action)[0])
     assert [{"role": m["role"], "content": m["content"]} for m in msgs] == expected
     assert [m.get("loss") for m in msgs if m["role"] == "assistant"] == [False] + [True] * (len(msgs) // 2 - 2)
+    # every thought but the last opens with the chain from the goal to its item
+    thoughts = [m["content"].split("\n")[0] for m in msgs[4::2]]
+    assert all(t.startswith("Thought: acacia sign needs ") for t in thoughts[:-1])
+    assert thoughts[-1] == "Thought: I can craft acacia sign now."
 
 
 def test_loss_covers_exactly_the_trained_assistant_turns():
@@ -85,3 +90,27 @@ def test_a_pack_of_examples_sharing_a_prompt_gives_each_its_own_loss():
     skip = common_prefix_len(packs)
     packed = batch_loss(model, torch.tensor([packs[0].ids[:skip]]), collate(packs, [0, 1], pad, skip))
     assert torch.allclose(packed, plain_loss(model, examples, pad), atol=1e-5)
+
+
+def test_verifier_examples_are_path_collections_prompt_with_computed_labels():
+    """The bundled model learns to judge on exactly the prompt path_collection
+    sends (same builder, same budget), and its labels follow the game: a needed
+    item Good, a rejected action or an unused item Bad, inventory Uncertain."""
+    from agent_r import revision
+    from scripts.make_verifier_data import TokenCounter, example, ground_truth, revision_config
+
+    game = TextCraftGame(46)
+    task = game.observation      # glistering melon slice from 8 gold nugget + 1 melon slice
+    got = game.step("get 8 gold nugget")[0]
+    assert ground_truth(task, "get 8 gold nugget", got)[0] == revision.GOOD
+    assert ground_truth(task, "craft 1 melon using 9 melon slice",
+                        TextCraftGame(46).step("craft 1 melon using 9 melon slice")[0])[0] == revision.BAD
+    unused = TextCraftGame(46).step("get 1 carrot")[0]
+    assert unused.startswith("Got") and ground_truth(task, "get 1 carrot", unused)[0] == revision.BAD
+    assert ground_truth(task, "inventory", "Inventory: [gold nugget] (8)")[0] == revision.UNCERTAIN
+
+    cfg = revision_config(2048)
+    row = example(TokenCounter("models/textcraft-tiny"), cfg, task, [], "get 8 gold nugget", got, {})
+    prompt, reply = row["messages"][:-1], row["messages"][-1]
+    assert prompt == revision.verifier_messages(task, [], "get 8 gold nugget", got, 1)   # no history to cut
+    assert reply["loss"] is True and revision.parse_judgement(reply["content"]) == revision.GOOD
