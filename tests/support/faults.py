@@ -56,8 +56,17 @@ def run_script(script: str, *args, env: dict | None = None, wait: bool = True, t
     cmd = [sys.executable, str(ROOT / script), *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=script_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, preexec_fn=_sigint_as_at_a_terminal)
     return subprocess.run(cmd, cwd=ROOT, env=script_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def _sigint_as_at_a_terminal() -> None:
+    """A run a test interrupts gets SIGINT's default disposition, as a run
+    started at a terminal has. A shell starts background jobs (`make test &`,
+    nohup) with SIGINT ignored, the ignore is inherited through exec, and a
+    Python started that way never turns Ctrl-C into KeyboardInterrupt: the
+    SIGINT tests would then wait for an exit that cannot come."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for(predicate, proc: subprocess.Popen | None = None, timeout: float = 120, what: str = "condition") -> None:
