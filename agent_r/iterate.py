@@ -87,6 +87,9 @@ class IterateSettings:
     min: int = setting(0, help="lowest train task index (position for sciworld) searched (default 0)")
     max: Optional[int] = setting(None, help="train task indices (positions for sciworld) < MAX (default all)")
     task_iteration: int = setting(5, minimum=1, help="sciworld: variations per task number (default 5)")
+    split_file: Optional[str] = setting(None, help="a task list to search instead of the train list "
+                                        "(mcts_collection.py --split_file; test tasks in it are still never "
+                                        "searched); one TASK only (default none)")
     # revision data and export (path_collection.py's names)
     alpha: Optional[float] = setting(None, env="ALPHA", flag=None, help="good-path threshold (default per task)")
     beta: Optional[float] = setting(None, env="BETA", flag=None, minimum=0.0,
@@ -147,6 +150,9 @@ class IterateSettings:
         if bad or not self.variant_list:
             raise UsageError(f"VARIANTS={self.variants!r}: unknown variant {bad[0] if bad else '(none)'!r}; "
                              f"choose from {', '.join(VARIANTS)} (comma-separated)")
+        if self.split_file is not None and len(self.tasks) > 1:
+            raise UsageError(f"--split_file lists the tasks of one environment, but TASK={self.task!r} names "
+                             f"{len(self.tasks)}: run without it, or one TASK")
         servers = [u.strip() for u in (self.env_server_base or "").split(",") if u.strip()]
         if servers and len(servers) != len(self.tasks):
             raise UsageError(f"--env_server_base has {len(servers)} URLs for {len(self.tasks)} tasks: give one "
@@ -278,7 +284,7 @@ def search_settings(s: IterateSettings, task: str, out: Path, p: Policy) -> sear
         task=task, max_depth=s.max_depth, iterations=s.itera, n_gen=s.n_gen, temperature=s.temperature,
         max_token_length=s.max_token_length, max_new_tokens=s.max_new_tokens, seed=s.seed,
         env_server_base=s.servers[task], min=s.min, max=s.max, task_iteration=s.task_iteration,
-        output_dir=str(out), concurrency=s.concurrency, backend=p.backend))
+        split_file=s.split_file, output_dir=str(out), concurrency=s.concurrency, backend=p.backend))
     ss.finish()
     return ss
 

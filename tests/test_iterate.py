@@ -225,7 +225,8 @@ def test_multi_task_pools_data_trains_one_model_and_scores_each_task(base_model,
     ({"TRAINER": "xtuner", "TRAIN_VENV": "/nonexistent/venv"}, [], "training environment /nonexistent/venv is missing"),
     ({"MODEL_DIR": "/nonexistent/model"}, [], "MODEL_DIR='/nonexistent/model' does not exist"),
     ({"TASK": "minecraft"}, [], "minecraft"),
-], ids=["variant", "trainer_env", "model_dir", "task"])
+    ({"TASK": "textcraft,sciworld"}, ["--split_file", "tasks.json"], "--split_file lists the tasks of one"),
+], ids=["variant", "trainer_env", "model_dir", "task", "split_file_multi_task"])
 def test_bad_input_gets_one_clear_line(env, flags, says, base_model, tmp_path, capsys, monkeypatch):
     for name in ("TASK", "VARIANTS", "TRAINER", "TRAIN_VENV", "MODEL_DIR", "BACKEND"):
         monkeypatch.delenv(name, raising=False)
@@ -325,3 +326,19 @@ def test_cpu_trainer_prefix_cache_gives_the_plain_loss(tiny_model_dir):
         out = model(input_ids=torch.tensor([ex.ids]), labels=torch.tensor([ex.labels]))
         want, n = want + out.loss.item() * k, n + k
     assert tokens == n and abs(got.item() - want) < 1e-3 * want
+
+
+def test_split_file_reaches_the_search_and_the_guard_still_holds(tmp_path, textcraft_server):
+    """--split_file chooses the searched tasks (spread over the split rather
+    than its first indices); a test task listed in it is still dropped."""
+    from agent_r import iterate as loop
+    from agent_r.envs import get_env
+
+    spec = get_env("textcraft")
+    train, test = spec.split_indices("train"), spec.split_indices("test")
+    split = tmp_path / "tasks.json"
+    split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in (train[0], test[0], train[-1])]))
+    settings = parse(IterateSettings, ["--split_file", str(split), "--env_server_base", textcraft_server], {})
+    ss = loop.search_settings(settings, "textcraft", tmp_path / "trees", loop.Policy("m", "m", settings.backend))
+    assert ss.split_file == str(split)
+    assert spec.search_indices(ss, textcraft_server)[0] == [train[0], train[-1]]
