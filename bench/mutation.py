@@ -60,7 +60,7 @@ TESTS = [
     "tests/test_faithful_sciworld_actions.py", "tests/test_faithful_tree_json.py", "tests/test_env_textcraft.py",
     "tests/test_env_sciworld.py", "tests/test_env_webshop.py", "tests/test_spec_clients.py", "tests/test_spec_eval.py",
     "tests/test_spec_io.py", "tests/test_spec_revision.py", "tests/test_spec_sciworld.py", "tests/test_spec_search.py",
-    "tests/test_spec_conversation.py", "tests/test_spec_export.py", "tests/test_spec_tree.py",
+    "tests/test_spec_conversation.py", "tests/test_spec_export.py", "tests/test_spec_tree.py", "tests/test_spec_survivors.py",
     "tests/test_eval_scripted.py", "tests/test_path_collection.py",
     "tests/test_faults_env.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
     "tests/test_faults_env.py::test_tree_fails_after_the_bounded_restarts",
