@@ -342,3 +342,31 @@ def test_split_file_reaches_the_search_and_the_guard_still_holds(tmp_path, textc
     ss = loop.search_settings(settings, "textcraft", tmp_path / "trees", loop.Policy("m", "m", settings.backend))
     assert ss.split_file == str(split)
     assert spec.search_indices(ss, textcraft_server)[0] == [train[0], train[-1]]
+
+
+def test_reproduce_full_shards_write_the_folder_the_loop_reads(tmp_path, textcraft_server):
+    """bench/reproduce_full.sh searches iteration 1 with mcts_collection.py
+    shards beside the base eval. Were their folder not the one iterate.py's
+    search stage reads (it names a model's folders by its label), each
+    variant would silently search every tree again: the first run of that
+    script did, until the shards got ``--model_name base``."""
+    import shlex
+    from agent_r import iterate as loop
+    from agent_r.search import SearchSettings
+
+    script = (ROOT / "bench" / "reproduce_full.sh").read_text()
+    command = script[script.index('"$PY" mcts_collection.py'):]
+    command = command[:command.index(" > ")].replace("\\\n", " ")
+    split = tmp_path / "tasks.json"
+    split.write_text(json.dumps([{"item_id": "textcraft_1"}]))
+    for var, value in {"$RUNS/$NAME": str(tmp_path / "run"), "$URL": textcraft_server, "$SPLIT": str(split),
+                       "$SHARDS": "2", "$i": "0"}.items():
+        command = command.replace(var, value)
+    env = {"TASK": "textcraft"}
+    shard = parse(SearchSettings, shlex.split(command)[2:], env)
+
+    settings = parse(IterateSettings, ["--env_server_base", textcraft_server, "--split_file", str(split)], env)
+    base = loop.policy(settings, loop.BASE, shard.backend.model_dir)
+    read = loop.search_settings(settings, "textcraft", loop.Layout(tmp_path / "run").trees(1, loop.BASE), base)
+    assert shard.out_dir() == read.out_dir()
+    assert shard.shard.num_shards == 2
