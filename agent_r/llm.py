@@ -41,7 +41,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agent_r.conversation import TRUNCATION_MARGIN
 from agent_r.settings import DEFAULT_MAX_NEW_TOKENS, BackendSettings, UsageError
@@ -883,3 +883,35 @@ def _user_backend(kind: str, settings: BackendSettings, seed: int) -> Backend:
     if not isinstance(backend, Backend):
         raise UsageError(f"backend {kind!r}: {factory_name} returned {type(backend).__name__}, not an agent_r.llm.Backend")
     return backend
+
+
+class LazyBackend:
+    """A backend made at its first use: a run whose work is all done (a resumed
+    run) never loads a model, and every run decides that the same way.
+
+    ``make`` builds the real backend; ``close`` closes it only if it was made.
+    Everything a run reads of a backend goes to the real one."""
+
+    def __init__(self, make: Callable[[], Backend]) -> None:
+        self._make = make
+        self._backend: Backend | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._backend is not None
+
+    def get(self) -> Backend:
+        if self._backend is None:
+            self._backend = self._make()
+        return self._backend
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes not defined here: generate, count_tokens, stats, ...
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+        self._backend = None
