@@ -1,0 +1,447 @@
+"""Full fine-tuning with TRL's SFTTrainer (``TRAINER=trl``) on the exported
+XTuner JSON, with exactly XTuner's per-turn labels.
+
+    python -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT [--lr ... --epochs ...]
+    accelerate launch --num_processes 8 [--config_file training_configs/zero2.yaml] \
+        -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT
+
+Why a third trainer: XTuner pins transformers 4.48 and needs its own
+environment; the CPU trainer is a hand loop for tiny models. TRL runs in the
+collection environment, on CPU or GPUs, one process or many (accelerate: DDP,
+DeepSpeed ZeRO, FSDP), with TensorBoard logging and checkpoints for free.
+
+What must not differ from XTuner is which token is learned in which context.
+So TRL never tokenizes: each sample is encoded once by the CPU trainer's
+encoder (XTuner's ``openai_map_fn`` + ``llama3_chat`` + ``encode_fn``: one
+BOS, each turn's prompt and answer tokenized apart, only ``loss: true``
+assistant turns and their ``<|eot_id|>`` trained, cut at ``max_length``,
+samples with nothing to train dropped) and handed to SFTTrainer as
+``input_ids`` + ``labels``. TRL 1.16 takes a ``labels`` column as it is
+(its collator pads it with -100), so the labels XTuner builds are the labels
+the model is trained on; tests/training_trl checks this against XTuner itself.
+General data is mixed at ETA by the XTuner config's own loader.
+
+Differences from XTuner, on purpose or forced: no packing (one sample per
+sequence; ``batch_size`` counts samples, not packed 4096-token blocks, so a
+run has more, smaller steps than XTuner's PACK=1); the loss of a step is the
+mean over all its trained tokens (TRL/transformers), where XTuner averages
+per-batch means; warm-up rises linearly from 0 over ceil(WARMUP_RATIO x steps)
+steps (XTuner: from 1e-5 x LR), then cosine to 0.
+
+Output folder ``--out``: ``hf/`` (model + tokenizer, complete or absent; the
+tokenizer files are copied from the source model, so XTuner's transformers
+4.48 reads them too), ``loss_history.json`` (step, epoch, loss, learning
+rate, grad norm per logged step), ``train_stats.json`` (written last: the run
+is finished), ``trainer/`` (checkpoints for resuming a killed run, removed
+when it finishes; TensorBoard logs under ``trainer/runs`` with REPORT_TO).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from agent_r.io import atomic_write_json
+from agent_r.settings import UsageError, nested, parse, run_cli, setting
+
+# What must equal XTuner comes from one place each (moved with the CPU trainer
+# and the config's loader): XTuner's encoding, its ETA mixing, its defaults.
+from agent_r.cpu_trainer import COPIED_FILES, examples, load_records  # noqa: E402
+from xtuner_config.settings import TrainSettings  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+XTUNER = {f.name: f.default for f in fields(TrainSettings)}
+DONE = "train_stats.json"
+HISTORY = "loss_history.json"
+RUN_KEY = "run.json"
+# Settings that cannot change the trained model: a rerun may change them and still resume.
+NOT_IN_KEY = ("threads", "report_to", "save_steps", "save_total_limit", "logging_steps")
+
+
+@dataclass(frozen=True)
+class TrlConfig:
+    """The schedule and data knobs. Names, environment variables and defaults
+    are the XTuner config's (xtuner_config/settings.py) where it has them."""
+
+    lr: float = setting(XTUNER["lr"], env="LR", minimum=0.0, help=f"the peak learning rate (default {XTUNER['lr']})")
+    epochs: int = setting(XTUNER["epochs"], env="EPOCHS", minimum=1, help=f"the epochs (default {XTUNER['epochs']})")
+    max_length: int = setting(XTUNER["max_length"], env="MAX_LENGTH", minimum=16,
+                              help="the tokens per sample; longer samples are cut at the end as XTuner cuts them "
+                              f"(default {XTUNER['max_length']})")
+    batch_size: int = setting(XTUNER["batch_size"], env="BATCH_SIZE", minimum=1,
+                              help=f"the samples per process per micro-batch (default {XTUNER['batch_size']})")
+    accumulative_counts: int = setting(XTUNER["accumulative_counts"], env="ACCUMULATIVE_COUNTS", minimum=1,
+                                       help="the micro-batches per optimizer step (default "
+                                       f"{XTUNER['accumulative_counts']})")
+    warmup_ratio: float = setting(XTUNER["warmup_ratio"], env="WARMUP_RATIO", minimum=0.0,
+                                  help="the fraction of the steps spent warming up linearly from 0, below 1 "
+                                  f"(default {XTUNER['warmup_ratio']})")
+    lr_scheduler: str = setting("cosine", env="LR_SCHEDULER", choices=("cosine", "linear", "constant_with_warmup"),
+                                help="the decay after warm-up (default cosine, to 0)")
+    weight_decay: float = setting(0.0, env="WEIGHT_DECAY", minimum=0.0, help="AdamW's weight decay (default 0)")
+    max_grad_norm: float = setting(1.0, env="MAX_GRAD_NORM", minimum=0.0,
+                                   help="the gradient clipping norm, 0 = off (default 1)")
+    seed: int = setting(XTUNER["seed"], env="SEED", help="the seed of mixing, shuffling and dropout (default 0)")
+    general_data: str = setting(XTUNER["general_data"], env="GENERAL_DATA",
+                                help="a ShareGPT-style JSON file mixed in at ETA (default none)")
+    eta: float = setting(XTUNER["eta"], env="ETA", minimum=0.0,
+                         help=f"the general samples per agent sample (default {XTUNER['eta']})")
+    precision: str = setting("auto", env="PRECISION", choices=("auto", "fp32", "bf16", "fp16"),
+                             help="mixed precision: auto = bf16 on a GPU that has it, else fp32 (default auto)")
+    gradient_checkpointing: str = setting("auto", env="GRADIENT_CHECKPOINTING", choices=("auto", "0", "1"),
+                                          help="recompute activations to save memory: auto = on with a GPU "
+                                          "(default auto)")
+    save_dtype: str = setting("auto", env="SAVE_DTYPE", choices=("auto", "fp32", "bf16", "fp16"),
+                              help="the weights' dtype in hf/: auto = the training precision (default auto)")
+    report_to: str = setting("none", env="REPORT_TO", choices=("none", "tensorboard"),
+                             help="where metrics go besides loss_history.json (default none; tensorboard writes "
+                             "OUT/trainer/runs, offline)")
+    save_steps: int = setting(XTUNER["save_steps"], env="SAVE_STEPS", minimum=1,
+                              help=f"the steps between resumable checkpoints (default {XTUNER['save_steps']})")
+    save_total_limit: int = setting(XTUNER["save_total_limit"], env="SAVE_TOTAL_LIMIT", minimum=-1,
+                                    help="the checkpoints kept, -1 = all (default 2)")
+    logging_steps: int = setting(1, env="LOGGING_STEPS", minimum=1, help="the steps per logged loss (default 1)")
+    threads: int = setting(0, minimum=0, help="torch CPU threads per process, 0 = torch's default (default 0)")
+
+    def check(self) -> None:
+        if self.warmup_ratio >= 1:
+            raise UsageError(f"WARMUP_RATIO={self.warmup_ratio} must be below 1: it is the fraction of the steps "
+                             "spent warming up")
+
+    @classmethod
+    def from_train_config(cls, cfg: Any, **overrides: Any) -> "TrlConfig":
+        """The knobs of a ``cpu_trainer.TrainConfig`` (the loop's training
+        settings), the rest at their defaults or ``overrides``."""
+        names = {f.name for f in fields(cls)}
+        known = {k: v for k, v in asdict(cfg).items() if k in names}
+        return cls(**{**known, **overrides})
+
+
+@dataclass
+class TrlCommand:
+    """``python -m agent_r.training.trl_sft`` (flag > environment > default)."""
+
+    data: Optional[list[str]] = setting(None, help="the JSON files of `path_collection.py export --format xtuner` "
+                                        "(required)")
+    model_dir: Optional[str] = setting(None, env="MODEL_DIR", help="the model to fine-tune, a Hugging Face folder "
+                                       "(required)")
+    out: Optional[str] = setting(None, help="the run's folder: hf/, loss_history.json, train_stats.json (required)")
+    train: TrlConfig = nested(TrlConfig)
+
+    def finish(self) -> None:
+        missing = [f"--{n}" for n in ("data", "model_dir", "out") if not getattr(self, n)]
+        if missing:
+            raise UsageError(f"python -m agent_r.training.trl_sft needs {', '.join(missing)} (see --help)")
+        self.train.check()
+
+
+# --------------------------------------------------------------------------- data
+
+def load_tokenizer(model_dir: str) -> Any:
+    from transformers import AutoTokenizer
+
+    if not Path(model_dir).is_dir():
+        raise UsageError(f"--model_dir {model_dir} is not a folder: pass a Hugging Face model folder")
+    try:
+        return AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError) as exc:
+        why = (str(exc).splitlines() or [""])[0]
+        raise UsageError(f"--model_dir {model_dir}: no tokenizer loads from it ({why})") from None
+
+
+def xtuner_dataset(data_files: list[str], tokenizer: Any, cfg: TrlConfig) -> Any:
+    """The samples XTuner would train on (agent + general at ETA, PACK=0), as
+    a ``datasets.Dataset`` of ``input_ids`` and ``labels``."""
+    from datasets import Dataset
+
+    data = examples(load_records(data_files, cfg), tokenizer, cfg.max_length)
+    if not data:
+        raise UsageError(f"{', '.join(data_files)}: no sample has a trained token within MAX_LENGTH="
+                         f"{cfg.max_length}: export with --tokenizer and the same --max_length")
+    return Dataset.from_dict({"input_ids": [e.ids for e in data], "labels": [e.labels for e in data]})
+
+
+# --------------------------------------------------------------------------- trainer
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def precision(cfg: TrlConfig) -> str:
+    if cfg.precision != "auto":
+        return cfg.precision
+    import torch
+
+    return "bf16" if cuda() and torch.cuda.is_bf16_supported() else "fp32"
+
+
+@contextlib.contextmanager
+def tensorboard_dir(path: Path) -> Iterator[None]:
+    """transformers' TensorBoard callback reads its folder from the
+    environment when the trainer is built; set it only for that moment."""
+    old = os.environ.get("TENSORBOARD_LOGGING_DIR")
+    os.environ["TENSORBOARD_LOGGING_DIR"] = old or str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TENSORBOARD_LOGGING_DIR", None)
+
+
+@dataclass
+class Run:
+    """A built trainer and what the run reports about its data."""
+
+    trainer: Any
+    samples: int
+    tokens: int
+    out: Path
+    model_dir: str
+
+
+def sft_args(out: Path, cfg: TrlConfig) -> Any:
+    from trl import SFTConfig
+
+    prec = precision(cfg)
+    checkpointing = cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda())
+    return SFTConfig(
+        output_dir=str(out / "trainer"),
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.accumulative_counts,
+        num_train_epochs=cfg.epochs,
+        learning_rate=cfg.lr,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,          # below 1: a fraction of the steps
+        weight_decay=cfg.weight_decay,
+        adam_beta1=0.9, adam_beta2=0.999,
+        max_grad_norm=cfg.max_grad_norm,
+        bf16=prec == "bf16", fp16=prec == "fp16",
+        activation_checkpointing=checkpointing,
+        max_length=cfg.max_length,               # samples are already cut there; TRL's cut is a no-op
+        packing=False,
+        shuffle_dataset=False,                   # the sampler shuffles each epoch (seeded)
+        dataset_num_proc=None,
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        report_to=[] if cfg.report_to == "none" else [cfg.report_to],
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=None if cfg.save_total_limit < 0 else cfg.save_total_limit,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=cuda(),
+        ddp_find_unused_parameters=False,
+        disable_tqdm=not sys.stderr.isatty(),
+    )
+
+
+def prepare(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig) -> Run:
+    """The SFTTrainer of the run, built but not started."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import SFTTrainer
+
+    cfg.check()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(out_dir)
+    tokenizer = load_tokenizer(model_dir)
+    dataset = xtuner_dataset(data_files, tokenizer, cfg)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with tensorboard_dir(out / "trainer" / "runs"):
+        trainer = SFTTrainer(model=model, args=sft_args(out, cfg), train_dataset=dataset, processing_class=tokenizer)
+    tokens = sum(len(ids) for ids in dataset["input_ids"])
+    return Run(trainer, len(dataset), tokens, out, model_dir)
+
+
+# --------------------------------------------------------------------------- saving and resuming
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def save_hf(run: Run, cfg: TrlConfig) -> Path:
+    """``out/hf``: weights gathered from every process (ZeRO-3/FSDP too),
+    written by the main one beside ``hf`` and renamed; tokenizer files from
+    the source model; config keys transformers 4.x (XTuner) reads."""
+    import torch
+
+    trainer, out = run.trainer, run.out
+    state = trainer.accelerator.get_state_dict(trainer.model)     # every process must take part
+    hf, tmp = out / "hf", out / "hf.tmp"
+    if trainer.is_world_process_zero():
+        dtype_name = DTYPES[precision(cfg) if cfg.save_dtype == "auto" else cfg.save_dtype]
+        dtype = getattr(torch, dtype_name)
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        source = Path(run.model_dir)
+        for name in COPIED_FILES:
+            if (source / name).exists():
+                shutil.copy(source / name, tmp / name)
+        cfg_path = tmp / "config.json"
+        conf = json.loads(cfg_path.read_text(encoding="utf-8"))
+        rope = conf.get("rope_parameters") or {}
+        conf.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+        conf["dtype"] = conf["torch_dtype"] = dtype_name
+        cfg_path.write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
+        shutil.rmtree(hf, ignore_errors=True)
+        tmp.rename(hf)
+    trainer.accelerator.wait_for_everyone()
+    return hf
+
+
+SFT_LOGGED = ("step", "epoch", "loss", "learning_rate", "grad_norm")
+
+
+def loss_history(log_history: list[dict], keep: tuple[str, ...] = SFT_LOGGED) -> list[dict]:
+    """One row per logged step: the loss, the learning rate the step used, the grad norm (and ``keep``)."""
+    return [{k: row[k] for k in keep if k in row} for row in log_history if "loss" in row]
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_key(model_dir: str, files: list[str], cfg: Any) -> dict:
+    """What decides the trained model: a rerun with another key must not resume this one."""
+    knobs = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_KEY}
+    data = [{"path": str(Path(p).resolve()), "sha256": file_digest(p)} for p in files if p and Path(p).is_file()]
+    return {"model_dir": str(Path(model_dir).resolve()), "data": data, "config": knobs}
+
+
+def check_resume(out: Path, key: dict) -> Optional[dict]:
+    """The finished run's stats, or None to (re)start; refuses a folder that holds another run."""
+    path = out / RUN_KEY
+    if not path.exists():
+        return None
+    held = json.loads(path.read_text(encoding="utf-8"))
+    if held != key:
+        diff = sorted(k for k in set(held.get("config", {})) | set(key["config"])
+                      if held.get("config", {}).get(k) != key["config"].get(k))
+        what = ", ".join(diff) or ("the data" if held.get("data") != key["data"] else "the model")
+        raise UsageError(f"--out {out} holds a run with other settings ({what}): pass another --out, or "
+                         "delete the folder to start over")
+    done = out / DONE
+    if done.exists() and (out / "hf" / "config.json").exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    return None
+
+
+def last_checkpoint(out: Path) -> Optional[str]:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = out / "trainer"
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def mean(xs: list[float]) -> Optional[float]:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def train_once(out: Path, key: dict, build: Callable[[], Run], cfg: Any, stats: dict,
+               logged: tuple[str, ...] = SFT_LOGGED) -> dict:
+    """Build, train (resuming from the last checkpoint), save ``out/hf``,
+    write the loss history and the stats (last); a finished run is returned
+    as it is. Every process runs this; the main one writes."""
+    from accelerate import PartialState
+
+    started = time.time()
+    main = PartialState().is_main_process
+    finished = check_resume(out, key)
+    if finished is not None:
+        if main:
+            log.info("%s is finished (%s): not training again", out, DONE)
+        return finished
+    run = build()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / RUN_KEY, key, indent=2)
+    resume = last_checkpoint(out)
+    if resume and main:
+        log.info("resuming from %s", resume)
+    result = run.trainer.train(resume_from_checkpoint=resume)
+    hf = save_hf(run, cfg)
+    history = loss_history(run.trainer.state.log_history, logged)
+    losses = [row["loss"] for row in history]
+    tenth = max(1, len(losses) // 10)
+    world = run.trainer.accelerator.num_processes
+    stats = {**stats, "samples": run.samples, "steps": run.trainer.state.global_step,
+             "tokens": run.tokens * cfg.epochs, "first_loss": mean(losses[:tenth]), "last_loss": mean(losses[-tenth:]),
+             "seconds": round(time.time() - started, 1), "train_runtime": round(result.metrics["train_runtime"], 2),
+             "processes": world, "global_batch": cfg.batch_size * cfg.accumulative_counts * world,
+             "hf": str(hf), "config": asdict(cfg)}
+    if main:
+        atomic_write_json(out / HISTORY, history, indent=1)
+        for ckpt in (out / "trainer").glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)      # only a killed run needs them
+        atomic_write_json(out / DONE, stats, indent=2)
+        log.info("trained %s on %d samples: %d steps, loss %.3f -> %.3f", run.model_dir, run.samples,
+                 stats["steps"], stats["first_loss"], stats["last_loss"])
+    run.trainer.accelerator.wait_for_everyone()
+    return stats
+
+
+def fine_tune(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig) -> dict:
+    """Fully fine-tune ``model_dir`` on the export files into ``out_dir/hf``;
+    return the run's statistics (the CPU trainer's keys, ``trainer: trl``).
+    A rerun returns a finished run's stats, or resumes a killed one from its
+    last checkpoint; ``out_dir`` holding a run of other settings is refused."""
+    cfg.check()
+    general = [cfg.general_data] if cfg.general_data and cfg.eta > 0 else []
+    key = run_key(model_dir, list(data_files) + general, cfg)
+    return train_once(Path(out_dir), key, lambda: prepare(model_dir, data_files, out_dir, cfg), cfg,
+                      {"trainer": "trl"})
+
+
+# --------------------------------------------------------------------------- command
+
+def command_argv(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig, processes: int = 1,
+                 accelerate_config: Optional[str] = None, port: Optional[int] = None,
+                 python: str = sys.executable) -> list[str]:
+    """The command that runs this training in ``processes`` processes
+    through ``accelerate launch`` (one process: plain ``python -m``). Every
+    knob is passed as a flag, so the environment cannot change it."""
+    flags = [f"--{f.name}={getattr(cfg, f.name)}" for f in fields(cfg)]
+    args = ["-m", "agent_r.training.trl_sft", "--data", *data_files, "--model_dir", model_dir, "--out", out_dir,
+            *flags]
+    if processes <= 1 and not accelerate_config:
+        return [python, *args]
+    launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
+    if port:
+        launch += ["--main_process_port", str(port)]
+    if accelerate_config:
+        launch += ["--config_file", accelerate_config]
+    elif not cuda():
+        launch += ["--cpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    return [*launch, *args]
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    c = parse(TrlCommand, argv, description=__doc__, prog="python -m agent_r.training.trl_sft")
+    stats = fine_tune(c.model_dir, c.data, c.out, c.train)
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        print(f"fine-tuned {c.model_dir}: {stats['samples']} samples, {stats['steps']} steps, loss "
+              f"{stats['first_loss']} -> {stats['last_loss']}, {stats['processes']} process(es)")
+        print(f"next iteration: export MODEL_DIR={stats['hf']}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,114 @@
+"""The TRL trainer as a run: general data mixed at ETA and the warm-up/cosine
+schedule reach TRL's steps, outputs (hf/, loss history, stats, TensorBoard
+events), a killed run resumes to the same result, a finished one is not
+redone, and bad input gets one line."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from transformers import TrainerCallback
+
+from agent_r.settings import UsageError, run_cli
+from agent_r.training import trl_sft
+from tests.training_trl.conftest import quick
+
+
+def test_eta_mixing_and_the_schedule_reach_trl(trl_export, general_file, tiny_model_dir, tmp_path):
+    n_agent = len(json.loads(trl_export.read_text()))
+    cfg = quick(general_data=str(general_file), eta=0.5, epochs=2, batch_size=2, accumulative_counts=2,
+                warmup_ratio=0.25, lr=1e-3)
+    stats = trl_sft.fine_tune(tiny_model_dir, [str(trl_export)], str(tmp_path / "run"), cfg)
+
+    samples = n_agent + round(0.5 * n_agent)            # every sample fits MAX_LENGTH=512
+    steps = 2 * math.ceil(math.ceil(samples / 2) / 2)    # epochs x micro-batches / accumulation
+    assert (stats["samples"], stats["steps"], stats["global_batch"]) == (samples, steps, 4)
+    history = json.loads((tmp_path / "run" / trl_sft.HISTORY).read_text())
+    lrs = [row["learning_rate"] for row in history]
+    warm = math.ceil(0.25 * steps)
+    assert len(lrs) == steps and lrs[0] == 0.0                     # warm-up starts at 0 ...
+    assert lrs[warm] == pytest.approx(1e-3) and max(lrs) == pytest.approx(1e-3)   # ... peaks after warm-up
+    assert all(a >= b for a, b in zip(lrs[warm:], lrs[warm + 1:]))                # then cosine decay
+    assert lrs[-1] < 0.1 * 1e-3
+    assert all(isinstance(row["loss"], float) and "grad_norm" in row for row in history)
+    hf = tmp_path / "run" / "hf"
+    assert (hf / "config.json").exists() and (hf / "tokenizer.json").exists() and list(hf.glob("*.safetensors"))
+    assert not list((tmp_path / "run" / "trainer").glob("checkpoint-*"))       # kept only while unfinished
+
+
+class KillAtSave(TrainerCallback):
+    """Raises once the checkpoint of step ``at`` is on disk: a killed run."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == self.at:
+            raise KeyboardInterrupt("killed after the checkpoint")
+
+
+def test_a_killed_run_resumes_to_the_same_result_and_a_finished_one_is_not_redone(trl_export, tiny_model_dir,
+                                                                                  tmp_path, monkeypatch, caplog):
+    cfg = quick(epochs=2, batch_size=2, accumulative_counts=1, save_steps=3, save_total_limit=-1)
+    files = [str(trl_export)]
+    whole = trl_sft.fine_tune(tiny_model_dir, files, str(tmp_path / "whole"), cfg)
+
+    out = tmp_path / "killed"
+    key = trl_sft.run_key(tiny_model_dir, files, cfg)
+
+    def build():
+        run = trl_sft.prepare(tiny_model_dir, files, str(out), cfg)
+        run.trainer.add_callback(KillAtSave(6))
+        return run
+
+    with pytest.raises(KeyboardInterrupt):
+        trl_sft.train_once(out, key, build, cfg, {"trainer": "trl"})
+    assert sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
+    assert not (out / "hf").exists() and not (out / trl_sft.DONE).exists()
+
+    with caplog.at_level("INFO", logger="agent_r.training.trl_sft"):
+        resumed = trl_sft.fine_tune(tiny_model_dir, files, str(out), cfg)
+    assert f"resuming from {out / 'trainer' / 'checkpoint-6'}" in caplog.text
+    assert resumed["steps"] == whole["steps"] > 6
+    history = json.loads((out / trl_sft.HISTORY).read_text())
+    want = json.loads((tmp_path / "whole" / trl_sft.HISTORY).read_text())
+    assert [r["step"] for r in history] == [r["step"] for r in want]
+    assert [r["loss"] for r in history] == pytest.approx([r["loss"] for r in want], rel=1e-4)
+
+    monkeypatch.setattr(trl_sft, "prepare", lambda *a, **k: pytest.fail("a finished run was built again"))
+    assert trl_sft.fine_tune(tiny_model_dir, files, str(out), cfg) == resumed
+    with pytest.raises(UsageError, match=r"holds a run with other settings \(lr\)"):
+        trl_sft.fine_tune(tiny_model_dir, files, str(out), quick(epochs=2, lr=5e-4))
+    # settings that cannot change the model do not block a rerun
+    assert trl_sft.fine_tune(tiny_model_dir, files, str(out), quick(epochs=2, save_steps=3, threads=2,
+                                                                    save_total_limit=-1)) == resumed
+
+
+def test_report_to_tensorboard_writes_event_files_offline(trl_export, tiny_model_dir, tmp_path):
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        pytest.fail("tensorboard is missing: pip install -r requirements.txt", pytrace=False)
+    trl_sft.fine_tune(tiny_model_dir, [str(trl_export)], str(tmp_path / "run"), quick(report_to="tensorboard"))
+    events = list((tmp_path / "run" / "trainer" / "runs").rglob("events.out.tfevents.*"))
+    assert events and any(e.stat().st_size > 100 for e in events)
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    ([], {}, "needs --data, --model_dir, --out"),
+    (["--data", "{bad}", "--model_dir", "{model}", "--out", "{out}"], {}, "no boolean 'loss' flag"),
+    (["--data", "{data}", "--model_dir", "{out}/nope", "--out", "{out}"], {}, "is not a folder"),
+    (["--data", "{data}", "--model_dir", "{model}", "--out", "{out}"], {"WARMUP_RATIO": "1.5"}, "must be below 1"),
+    (["--data", "{data}", "--model_dir", "{model}", "--out", "{out}", "--lr_scheduler", "step"], {}, "not one of"),
+])
+def test_bad_input_gets_one_line(argv, env, says, trl_export, tiny_model_dir, tmp_path, capsys, monkeypatch):
+    bad = tmp_path / "no_flags.json"
+    bad.write_text(json.dumps([{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}]))
+    fill = {"bad": str(bad), "model": tiny_model_dir, "out": str(tmp_path / "out"), "data": str(trl_export)}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as exc:
+        run_cli(lambda: trl_sft.main([a.format(**fill) for a in argv]))
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
