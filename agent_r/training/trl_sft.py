@@ -3,7 +3,8 @@ XTuner JSON, with exactly XTuner's per-turn labels.
 
     python -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT [--lr ... --epochs ...]
     accelerate launch --num_processes 8 [--config_file training_configs/zero2.yaml] \
-        -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT
+        -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT     # GPUs
+    torchrun --standalone --nproc_per_node 2 -m agent_r.training.trl_sft ...       # CPU processes (gloo)
 
 Why a third trainer: XTuner pins transformers 4.48 and needs its own
 environment; the CPU trainer is a hand loop for tiny models. TRL runs in the
@@ -238,6 +239,7 @@ def sft_args(out: Path, cfg: TrlConfig) -> Any:
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=None if cfg.save_total_limit < 0 else cfg.save_total_limit,
+        use_cpu=not cuda(),                      # CPU processes under torchrun then meet on gloo
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda(),
         ddp_find_unused_parameters=False,
@@ -349,6 +351,12 @@ def last_checkpoint(out: Path) -> Optional[str]:
     return get_last_checkpoint(str(folder)) if folder.is_dir() else None
 
 
+def is_main_process() -> bool:
+    """Rank 0 (torchrun and accelerate set RANK). Read from the environment:
+    an accelerate state made before the trainer's would fix the wrong backend."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 def mean(xs: list[float]) -> Optional[float]:
     return round(sum(xs) / len(xs), 4) if xs else None
 
@@ -358,10 +366,8 @@ def train_once(out: Path, key: dict, build: Callable[[], Run], cfg: Any, stats: 
     """Build, train (resuming from the last checkpoint), save ``out/hf``,
     write the loss history and the stats (last); a finished run is returned
     as it is. Every process runs this; the main one writes."""
-    from accelerate import PartialState
-
     started = time.time()
-    main = PartialState().is_main_process
+    main = is_main_process()
     finished = check_resume(out, key)
     if finished is not None:
         if main:
@@ -413,30 +419,31 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfi
 def command_argv(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig, processes: int = 1,
                  accelerate_config: Optional[str] = None, port: Optional[int] = None,
                  python: str = sys.executable) -> list[str]:
-    """The command that runs this training in ``processes`` processes
-    through ``accelerate launch`` (one process: plain ``python -m``). Every
-    knob is passed as a flag, so the environment cannot change it."""
+    """The command that runs this training in ``processes`` processes: one
+    is a plain ``python -m``; several are ``accelerate launch`` on GPUs (or
+    with ``accelerate_config``, e.g. DeepSpeed ZeRO-2) and ``torchrun`` on CPU
+    (accelerate's CPU launcher needs MPI), where the processes meet on gloo.
+    Every knob is passed as a flag, so the environment cannot change it."""
     flags = [f"--{f.name}={getattr(cfg, f.name)}" for f in fields(cfg)]
     args = ["-m", "agent_r.training.trl_sft", "--data", *data_files, "--model_dir", model_dir, "--out", out_dir,
             *flags]
     if processes <= 1 and not accelerate_config:
         return [python, *args]
+    if not accelerate_config and not cuda():
+        rendezvous = ["--master_port", str(port)] if port else ["--standalone"]
+        return [python, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), *rendezvous, *args]
     launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
     if port:
         launch += ["--main_process_port", str(port)]
     if accelerate_config:
         launch += ["--config_file", accelerate_config]
-    elif not cuda():
-        launch += ["--cpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     return [*launch, *args]
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     c = parse(TrlCommand, argv, description=__doc__, prog="python -m agent_r.training.trl_sft")
     stats = fine_tune(c.model_dir, c.data, c.out, c.train)
-    from accelerate import PartialState
-
-    if PartialState().is_main_process:
+    if is_main_process():
         print(f"fine-tuned {c.model_dir}: {stats['samples']} samples, {stats['steps']} steps, loss "
               f"{stats['first_loss']} -> {stats['last_loss']}, {stats['processes']} process(es)")
         print(f"next iteration: export MODEL_DIR={stats['hf']}")
