@@ -1,0 +1,393 @@
+"""ETO on the project's search trees: success/failure trajectory pairs, and
+DPO on them with TRL, scoring only the policy's own turns.
+
+    python -m agent_r.training.eto pairs --trees TREES_DIR... --task textcraft --output pairs.json
+    python -m agent_r.training.eto train --pairs pairs.json --model_dir MODEL --out OUT [--lr ... --beta ...]
+
+ETO (exploration-based trajectory optimization) contrasts, for one task, a
+successful trajectory with a failed one the agent explored, and trains the
+policy with DPO against a frozen reference (the policy it starts from). Here
+both trajectories come from the same MCTS tree, so they share the task.
+
+How pairs are chosen (``eto_pairs``), per tree (= per task):
+
+* chosen candidates: leaf paths whose score reaches the task's full score
+  (``full_score``: 1 for TextCraft/WebShop, 100 for SciWorld; the env's
+  ``max_score``), kept once per distinct sequence of turns, in stored order;
+* rejected candidates: leaf paths scoring below it, likewise;
+* every (chosen, rejected) combination, shuffled by ``random.Random`` seeded
+  with ``"<seed>/<tree name>"`` (so a tree's pairs do not depend on the other
+  trees), the first ``max_pairs_per_tree`` kept (0 = all; the default 1 is
+  ETO's one explored failure per task);
+* a rejected trajectory is cut after ``len(chosen) + extra_rounds`` rounds
+  (default 5), as ETO caps its exploration at the expert's length plus 5;
+  a round is one assistant turn and the observation it got;
+* the prompt is the tree's head (system, instruction, "Ok.", the task); chosen
+  and rejected are alternating assistant turns and observations, from the
+  first turn, ending with the last assistant turn.
+
+A tree without both kinds of leaf gives no pair; when no tree gives one,
+``UsageError`` says so in one line.
+
+Scoring (``TurnMaskedDPOTrainer``): TRL 1.16's DPOTrainer tokenizes text
+prompt/chosen/rejected itself and puts the preference on every completion
+token, observations included. Here pairs are tokenized as XTuner encodes the
+SFT samples (the CPU trainer's encoder: the assistant turns and their
+``<|eot_id|>`` are the trained tokens, observations and chat headers not),
+and the collator multiplies TRL's completion mask by that per-token mask, so
+TRL's own loss code (labels -100 there, zero log-probability) sums log-probs
+over the policy's turns only, for the policy and the reference alike.
+
+ETO's settings: beta 0.1, learning rate 1e-6 (first iteration), 3 epochs;
+the batch, warm-up and cosine schedule follow the SFT config. Those values
+are for a 7B model; a tiny random model does not move measurably at 1e-6 in
+a few steps, so the tests (and a CPU loop) raise the learning rate to 1e-3
+and keep beta and the epochs.
+"""
+from __future__ import annotations
+
+import logging
+import random
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from agent_r.io import atomic_write_json, read_json
+from agent_r.settings import UsageError, nested, parse, run_cli, setting
+from agent_r.training.trl_sft import (XTUNER, Run, cuda, is_main_process, load_tokenizer, precision, run_key,
+                                      tensorboard_dir, train_once)
+from agent_r.tree import Node, leaf_paths, load_tree
+
+# The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
+from agent_r.cpu_trainer import IGNORE, encode  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+TREE_FILE = re.compile(r"^search_results_(\d+)\.json$")
+DPO_LOGGED = ("step", "epoch", "loss", "learning_rate", "grad_norm", "rewards/chosen", "rewards/rejected",
+              "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected")
+
+
+# --------------------------------------------------------------------------- pairs
+
+def find_tree_files(paths: list[str]) -> list[tuple[str, Path]]:
+    """(name, file) of every ``search_results_<idx>.json`` in ``paths``
+    (files, or folders searched recursively), sorted by name."""
+    found = []
+    for p in map(Path, paths):
+        if p.is_file():
+            found.append((p.stem, p))
+        elif p.is_dir():
+            found += [(str(f.relative_to(p).with_suffix("")), f) for f in p.rglob("search_results_*.json")
+                      if TREE_FILE.match(f.name)]
+        else:
+            raise UsageError(f"--trees {p} does not exist: pass the folders mcts_collection.py wrote")
+    if not found:
+        raise UsageError(f"no search_results_<idx>.json tree under {', '.join(paths)}: run mcts_collection.py first")
+    return sorted(found)
+
+
+def messages_of(path: list[Node]) -> list[dict]:
+    """A leaf path's rounds as messages: assistant turn, observation, ..."""
+    out = []
+    for node in path:
+        turn, obs = node.state[-2], node.state[-1]
+        out += [{"role": "assistant", "content": str(turn["content"])}, {"role": "user", "content": str(obs["content"])}]
+    return out
+
+
+def distinct(paths: list[list[Node]]) -> list[list[Node]]:
+    out, seen = [], set()
+    for path in paths:
+        key = tuple(n.llm_response for n in path)
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
+
+
+def tree_pairs(name: str, root: Node, full_score: float, max_pairs: int, seed: int, extra_rounds: int) -> list[dict]:
+    """The ETO pairs of one tree (see the module docstring)."""
+    leaves = leaf_paths(root)
+    wins = distinct([p for p in leaves if p[-1].env_score >= full_score])
+    losses = distinct([p for p in leaves if p[-1].env_score < full_score])
+    combos = [(w, f) for w in wins for f in losses]
+    random.Random(f"{seed}/{name}").shuffle(combos)
+    if max_pairs > 0:
+        combos = combos[:max_pairs]
+    head = [{"role": m["role"], "content": m["content"]} for m in root.state[:4]]
+    pairs = []
+    for k, (win, fail) in enumerate(combos):
+        cut = fail[:len(win) + extra_rounds]
+        chosen, rejected = messages_of(win)[:-1], messages_of(cut)[:-1]   # end on the last assistant turn
+        pairs.append({"id": f"{name}/{k}", "prompt": head, "chosen": chosen, "rejected": rejected,
+                      "chosen_score": win[-1].env_score, "rejected_score": fail[-1].env_score,
+                      "rejected_rounds": len(fail), "rejected_cut": len(cut) < len(fail)})
+    return pairs
+
+
+def eto_pairs(tree_paths: list[str], full_score: float, max_pairs_per_tree: int = 1, seed: int = 0,
+              extra_rounds: int = 5) -> list[dict]:
+    """Every tree's pairs, in tree-name order; UsageError when there are none."""
+    pairs, trees = [], find_tree_files(tree_paths)
+    for name, path in trees:
+        pairs += tree_pairs(name, load_tree(path), full_score, max_pairs_per_tree, seed, extra_rounds)
+    if not pairs:
+        raise UsageError(f"none of the {len(trees)} trees under {', '.join(tree_paths)} has both a full-score path "
+                         f"(score >= {full_score:g}) and a lower one, and ETO pairs a success with a failure of the "
+                         "same task: search more (ITERA, N_GEN) or more tasks")
+    return pairs
+
+
+# --------------------------------------------------------------------------- tokenizing
+
+def encode_pair(pair: dict, tokenizer: Any, max_length: int) -> Optional[dict]:
+    """prompt/chosen/rejected ids and a 0/1 mask per completion token (1 =
+    written by the policy), XTuner's encoding cut at ``max_length``; None
+    when the cut leaves chosen or rejected nothing to score."""
+    head = [dict(m, loss=False) if m["role"] == "assistant" else m for m in pair["prompt"]]
+
+    def enc(msgs: list[dict]) -> tuple[list[int], list[int]]:
+        body = [dict(m, loss=True) if m["role"] == "assistant" else m for m in msgs]
+        return encode(head + body, tokenizer, max_length)
+
+    (c_ids, c_lab), (r_ids, r_lab) = enc(pair["chosen"]), enc(pair["rejected"])
+    if all(y == IGNORE for y in c_lab) or all(y == IGNORE for y in r_lab):
+        return None
+    start = next(i for i, y in enumerate(c_lab) if y != IGNORE)
+    if r_ids[:start] != c_ids[:start] or any(y != IGNORE for y in r_lab[:start]):
+        raise UsageError(f"pair {pair.get('id')}: chosen and rejected do not share the prompt's tokens")
+    return {"prompt_ids": c_ids[:start],
+            "chosen_ids": c_ids[start:], "chosen_mask": [int(y != IGNORE) for y in c_lab[start:]],
+            "rejected_ids": r_ids[start:], "rejected_mask": [int(y != IGNORE) for y in r_lab[start:]]}
+
+
+# --------------------------------------------------------------------------- TRL
+
+def turn_masked_classes() -> tuple[type, type]:
+    """The collator and trainer (built on first use: TRL imports slowly)."""
+    import torch
+    from trl import DPOTrainer
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    @dataclass
+    class TurnMaskCollator(DataCollatorForPreference):
+        """TRL's preference collator, its completion mask multiplied by the
+        pairs' own masks (0 on observations and chat headers)."""
+
+        def torch_call(self, examples: list[dict]) -> dict:
+            batch = super().torch_call(examples)
+            rows = [[0] * len(e["prompt_ids"]) + list(e["chosen_mask"]) for e in examples]
+            rows += [[0] * len(e["prompt_ids"]) + list(e["rejected_mask"]) for e in examples]
+            keep = torch.zeros_like(batch["completion_mask"])
+            for i, row in enumerate(rows):
+                row = row[: self.max_length] if self.max_length is not None else row   # keep_start, as TRL cuts
+                keep[i, : len(row)] = torch.tensor(row, dtype=keep.dtype)
+            batch["completion_mask"] = batch["completion_mask"] * keep
+            return batch
+
+    class TurnMaskedDPOTrainer(DPOTrainer):
+        """DPOTrainer on pairs tokenized by ``encode_pair`` (TRL 1.16 has no
+        pre-tokenized path: its preparation would tokenize text again)."""
+
+        def _prepare_dataset(self, dataset: Any, processing_class: Any, args: Any, dataset_name: str) -> Any:
+            if args.max_length is None:
+                return dataset
+            return dataset.filter(lambda e: len(e["prompt_ids"]) < args.max_length)   # as TRL drops them
+
+        def _set_signature_columns_if_needed(self) -> None:
+            super()._set_signature_columns_if_needed()
+            self._signature_columns = [*self._signature_columns, "chosen_mask", "rejected_mask"]
+
+    return TurnMaskCollator, TurnMaskedDPOTrainer
+
+
+@dataclass(frozen=True)
+class EtoConfig:
+    """DPO knobs: ETO's beta, learning rate and epochs; the rest as the SFT config."""
+
+    beta: float = setting(0.1, env="ETO_BETA", minimum=0.0, help="DPO's beta (default 0.1, ETO's)")
+    lr: float = setting(1e-6, env="ETO_LR", minimum=0.0, help="the peak learning rate (default 1e-6, ETO's first "
+                        "iteration)")
+    epochs: int = setting(3, env="ETO_EPOCHS", minimum=1, help="the epochs (default 3, ETO's)")
+    max_length: int = setting(XTUNER["max_length"], env="MAX_LENGTH", minimum=16,
+                              help=f"the tokens per prompt + trajectory, cut at the end (default {XTUNER['max_length']})")
+    batch_size: int = setting(XTUNER["batch_size"], env="BATCH_SIZE", minimum=1,
+                              help=f"pairs per process per micro-batch (default {XTUNER['batch_size']})")
+    accumulative_counts: int = setting(XTUNER["accumulative_counts"], env="ACCUMULATIVE_COUNTS", minimum=1,
+                                       help=f"micro-batches per step (default {XTUNER['accumulative_counts']})")
+    warmup_ratio: float = setting(XTUNER["warmup_ratio"], env="WARMUP_RATIO", minimum=0.0,
+                                  help=f"the warm-up fraction, below 1 (default {XTUNER['warmup_ratio']})")
+    lr_scheduler: str = setting("cosine", env="LR_SCHEDULER", choices=("cosine", "linear", "constant_with_warmup"),
+                                help="the decay after warm-up (default cosine)")
+    max_grad_norm: float = setting(1.0, env="MAX_GRAD_NORM", minimum=0.0, help="gradient clipping (default 1)")
+    seed: int = setting(XTUNER["seed"], env="SEED", help="the seed of shuffling (default 0)")
+    precision: str = setting("auto", env="PRECISION", choices=("auto", "fp32", "bf16", "fp16"),
+                             help="mixed precision: auto = bf16 on a GPU that has it, else fp32 (default auto)")
+    gradient_checkpointing: str = setting("auto", env="GRADIENT_CHECKPOINTING", choices=("auto", "0", "1"),
+                                          help="recompute activations: auto = on with a GPU (default auto)")
+    save_dtype: str = setting("auto", env="SAVE_DTYPE", choices=("auto", "fp32", "bf16", "fp16"),
+                              help="the weights' dtype in hf/ (default auto = the training precision)")
+    report_to: str = setting("none", env="REPORT_TO", choices=("none", "tensorboard"),
+                             help="metrics besides loss_history.json (default none)")
+    save_steps: int = setting(XTUNER["save_steps"], env="SAVE_STEPS", minimum=1, help="steps per checkpoint")
+    save_total_limit: int = setting(XTUNER["save_total_limit"], env="SAVE_TOTAL_LIMIT", minimum=-1,
+                                    help="checkpoints kept, -1 = all (default 2)")
+    logging_steps: int = setting(1, env="LOGGING_STEPS", minimum=1, help="steps per logged loss (default 1)")
+    threads: int = setting(0, minimum=0, help="torch CPU threads, 0 = torch's default (default 0)")
+
+    def check(self) -> None:
+        if self.warmup_ratio >= 1:
+            raise UsageError(f"WARMUP_RATIO={self.warmup_ratio} must be below 1: it is the fraction of the steps "
+                             "spent warming up")
+
+
+def dpo_args(out: Path, cfg: EtoConfig) -> Any:
+    from trl import DPOConfig
+
+    prec = precision(cfg)
+    return DPOConfig(
+        output_dir=str(out / "trainer"), beta=cfg.beta, loss_type=["sigmoid"],
+        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.accumulative_counts,
+        num_train_epochs=cfg.epochs, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm,
+        bf16=prec == "bf16", fp16=prec == "fp16",
+        activation_checkpointing=cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda()),
+        max_length=cfg.max_length, truncation_mode="keep_start", pad_to_multiple_of=None,
+        precompute_ref_log_probs=False, seed=cfg.seed, logging_steps=cfg.logging_steps,
+        report_to=[] if cfg.report_to == "none" else [cfg.report_to],
+        save_strategy="steps", save_steps=cfg.save_steps,
+        save_total_limit=None if cfg.save_total_limit < 0 else cfg.save_total_limit,
+        use_cpu=not cuda(), dataloader_num_workers=0, dataloader_pin_memory=cuda(), ddp_find_unused_parameters=False,
+        disable_tqdm=not sys.stderr.isatty(),
+    )
+
+
+def load_pairs(path: str) -> list[dict]:
+    fix = "pass a file written by `python -m agent_r.training.eto pairs`"
+    if not Path(path).is_file():
+        raise UsageError(f"--pairs {path} does not exist: {fix}")
+    try:
+        pairs = read_json(path)
+    except ValueError as exc:
+        raise UsageError(f"{exc}: {fix}") from None
+    if not isinstance(pairs, list) or not pairs or not all(
+            isinstance(p, dict) and all(isinstance(p.get(k), list) for k in ("prompt", "chosen", "rejected"))
+            for p in pairs):
+        raise UsageError(f"--pairs {path}: expected a non-empty JSON list of {{prompt, chosen, rejected}}; {fix}")
+    return pairs
+
+
+def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
+                ref_model_dir: Optional[str] = None) -> Run:
+    """The DPO trainer of the run, built but not started: policy from
+    ``model_dir``, frozen reference from ``ref_model_dir`` (default: the same
+    weights, ETO's reference)."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+
+    cfg.check()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    out = Path(out_dir)
+    tokenizer = load_tokenizer(model_dir)
+    encoded = [e for e in (encode_pair(p, tokenizer, cfg.max_length) for p in load_pairs(pairs_file)) if e]
+    if not encoded:
+        raise UsageError(f"{pairs_file}: no pair keeps a scored token within MAX_LENGTH={cfg.max_length}")
+    dataset = Dataset.from_list(encoded)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(ref_model_dir or model_dir, dtype=torch.float32)
+    collator_cls, trainer_cls = turn_masked_classes()
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    collator = collator_cls(pad_token_id=pad, max_length=cfg.max_length, truncation_mode="keep_start")
+    with tensorboard_dir(out / "trainer" / "runs"):
+        trainer = trainer_cls(model=model, ref_model=ref, args=dpo_args(out, cfg), data_collator=collator,
+                              train_dataset=dataset, processing_class=tokenizer)
+    tokens = sum(len(e["prompt_ids"]) * 2 + len(e["chosen_ids"]) + len(e["rejected_ids"]) for e in encoded)
+    return Run(trainer, len(encoded), tokens, out, model_dir)
+
+
+def train_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
+              ref_model_dir: Optional[str] = None) -> dict:
+    """DPO from ``model_dir`` on the pairs into ``out_dir/hf`` (resumable like
+    the SFT run); returns the stats, ``trainer: trl-dpo``."""
+    cfg.check()
+    key = run_key(model_dir, [pairs_file], cfg)
+    key["ref_model_dir"] = str(Path(ref_model_dir or model_dir).resolve())
+    return train_once(Path(out_dir), key, lambda: prepare_dpo(model_dir, pairs_file, out_dir, cfg, ref_model_dir),
+                      cfg, {"trainer": "trl-dpo"}, DPO_LOGGED)
+
+
+# --------------------------------------------------------------------------- commands
+
+@dataclass
+class PairsCommand:
+    """``python -m agent_r.training.eto pairs``."""
+
+    trees: Optional[list[str]] = setting(None, help="folders (searched recursively) or files of "
+                                         "search_results_<idx>.json trees (required)")
+    output: Optional[str] = setting(None, help="the JSON file of pairs to write (required)")
+    task: str = setting("textcraft", env="TASK", help="the task, for its full score (default textcraft)")
+    full_score: Optional[float] = setting(None, help="the score of a success (default: the task's maximum)")
+    max_pairs_per_tree: int = setting(1, minimum=0, help="pairs kept per tree, 0 = all (default 1, ETO's one "
+                                      "failure per task)")
+    extra_rounds: int = setting(5, minimum=0, help="rounds a rejected trajectory may run past the chosen one "
+                                "before it is cut (default 5, ETO's)")
+    seed: int = setting(0, help="the seed of the pair choice (default 0)")
+
+    def finish(self) -> None:
+        missing = [f"--{n}" for n in ("trees", "output") if not getattr(self, n)]
+        if missing:
+            raise UsageError(f"eto pairs needs {', '.join(missing)} (see --help)")
+
+
+@dataclass
+class TrainCommand:
+    """``python -m agent_r.training.eto train``."""
+
+    pairs: Optional[str] = setting(None, help="the pairs file of `eto pairs` (required)")
+    model_dir: Optional[str] = setting(None, env="MODEL_DIR", help="the policy to start from (required)")
+    out: Optional[str] = setting(None, help="the run's folder: hf/, loss_history.json, train_stats.json (required)")
+    ref_model_dir: Optional[str] = setting(None, help="the frozen reference (default: --model_dir)")
+    train: EtoConfig = nested(EtoConfig)
+
+    def finish(self) -> None:
+        missing = [f"--{n}" for n in ("pairs", "model_dir", "out") if not getattr(self, n)]
+        if missing:
+            raise UsageError(f"eto train needs {', '.join(missing)} (see --help)")
+        self.train.check()
+
+
+def full_score_of(task: str) -> float:
+    from agent_r.envs import get_env
+
+    return get_env(task).max_score
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in ("pairs", "train"):
+        raise UsageError("usage: python -m agent_r.training.eto pairs|train ... (see pairs --help, train --help)")
+    if argv[0] == "pairs":
+        c = parse(PairsCommand, argv[1:], description=__doc__, prog="python -m agent_r.training.eto pairs")
+        full = c.full_score if c.full_score is not None else full_score_of(c.task)
+        pairs = eto_pairs(c.trees, full, c.max_pairs_per_tree, c.seed, c.extra_rounds)
+        atomic_write_json(c.output, pairs, indent=None)
+        cut = sum(p["rejected_cut"] for p in pairs)
+        print(f"wrote {len(pairs)} ETO pairs to {c.output} ({cut} rejected trajectories cut at the chosen length "
+              f"+ {c.extra_rounds} rounds)")
+        return 0
+    t = parse(TrainCommand, argv[1:], description=__doc__, prog="python -m agent_r.training.eto train")
+    stats = train_dpo(t.model_dir, t.pairs, t.out, t.train, t.ref_model_dir)
+    if is_main_process():
+        print(f"DPO on {stats['samples']} pairs: {stats['steps']} steps, loss {stats['first_loss']} -> "
+              f"{stats['last_loss']}")
+        print(f"next iteration: export MODEL_DIR={stats['hf']}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
