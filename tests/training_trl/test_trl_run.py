@@ -112,3 +112,36 @@ def test_bad_input_gets_one_line(argv, env, says, trl_export, tiny_model_dir, tm
         run_cli(lambda: trl_sft.main([a.format(**fill) for a in argv]))
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and len(err.splitlines()) == 1 and says in err, err
+
+
+def test_the_launch_commands_carry_every_knob_and_the_zero2_config_is_one_accelerate_reads():
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+
+    from agent_r.settings import parse
+    from tests.training_trl.conftest import ROOT
+
+    zero2 = ROOT / "training_configs" / "zero2.yaml"
+    c = load_config_from_file(str(zero2))
+    assert (c.distributed_type, c.deepspeed_config["zero_stage"], c.mixed_precision) == ("DEEPSPEED", 2, "bf16")
+
+    cfg = quick(general_data="general.json", eta=0.3, report_to="tensorboard")
+    argv = trl_sft.command_argv("model", ["a.json", "b.json"], "out", cfg, processes=8, accelerate_config=str(zero2))
+    assert argv[1:3] == ["-m", "accelerate.commands.launch"]
+    launch = launch_command_parser().parse_args(argv[3:])
+    assert (launch.num_processes, launch.config_file, launch.module) == (8, str(zero2), True)
+    assert launch.training_script == "agent_r.training.trl_sft"
+    ours = parse(trl_sft.TrlCommand, launch.training_script_args, environ={})
+    assert (ours.data, ours.model_dir, ours.out, ours.train) == (["a.json", "b.json"], "model", "out", cfg)
+    assert trl_sft.command_argv("model", ["a.json"], "out", cfg)[1:3] == ["-m", "agent_r.training.trl_sft"]
+
+
+def test_the_loops_training_settings_map_onto_the_trl_knobs():
+    from agent_r import cpu_trainer
+
+    loop = cpu_trainer.TrainConfig(lr=3e-4, epochs=2, max_length=1024, batch_size=2, accumulative_counts=4,
+                                   warmup_ratio=0.1, seed=7, general_data="g.json", eta=0.3, threads=2)
+    cfg = trl_sft.TrlConfig.from_train_config(loop, report_to="tensorboard")
+    assert (cfg.lr, cfg.epochs, cfg.max_length, cfg.batch_size, cfg.accumulative_counts, cfg.warmup_ratio, cfg.seed,
+            cfg.general_data, cfg.eta, cfg.threads) == (3e-4, 2, 1024, 2, 4, 0.1, 7, "g.json", 0.3, 2)
+    assert (cfg.weight_decay, cfg.max_grad_norm, cfg.lr_scheduler, cfg.report_to) == (0.0, 1.0, "cosine", "tensorboard")
