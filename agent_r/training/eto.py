@@ -56,8 +56,8 @@ from typing import Any, Optional
 
 from agent_r.io import atomic_write_json, read_json
 from agent_r.settings import UsageError, nested, parse, run_cli, setting
-from agent_r.training.trl_sft import (XTUNER, Run, cuda, is_main_process, load_tokenizer, precision, run_key,
-                                      tensorboard_dir, train_once)
+from agent_r.training.trl_sft import (XTUNER, Run, cuda, is_main_process, load_tokenizer, precision, quiet_logs,
+                                      run_key, tensorboard_dir, train_once)
 from agent_r.tree import Node, leaf_paths, load_tree
 
 # The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
@@ -94,7 +94,8 @@ def messages_of(path: list[Node]) -> list[dict]:
     out = []
     for node in path:
         turn, obs = node.state[-2], node.state[-1]
-        out += [{"role": "assistant", "content": str(turn["content"])}, {"role": "user", "content": str(obs["content"])}]
+        out += [{"role": "assistant", "content": str(turn["content"])},
+                {"role": "user", "content": str(obs["content"])}]
     return out
 
 
@@ -213,7 +214,8 @@ class EtoConfig:
                         "iteration)")
     epochs: int = setting(3, env="ETO_EPOCHS", minimum=1, help="the epochs (default 3, ETO's)")
     max_length: int = setting(XTUNER["max_length"], env="MAX_LENGTH", minimum=16,
-                              help=f"the tokens per prompt + trajectory, cut at the end (default {XTUNER['max_length']})")
+                              help="the tokens per prompt + trajectory, cut at the end (default "
+                              f"{XTUNER['max_length']})")
     batch_size: int = setting(XTUNER["batch_size"], env="BATCH_SIZE", minimum=1,
                               help=f"pairs per process per micro-batch (default {XTUNER['batch_size']})")
     accumulative_counts: int = setting(XTUNER["accumulative_counts"], env="ACCUMULATIVE_COUNTS", minimum=1,
@@ -261,7 +263,7 @@ def dpo_args(out: Path, cfg: EtoConfig) -> Any:
         save_strategy="steps", save_steps=cfg.save_steps,
         save_total_limit=None if cfg.save_total_limit < 0 else cfg.save_total_limit,
         use_cpu=not cuda(), dataloader_num_workers=0, dataloader_pin_memory=cuda(), ddp_find_unused_parameters=False,
-        disable_tqdm=not sys.stderr.isatty(),
+        disable_tqdm=True,
     )
 
 
@@ -304,8 +306,8 @@ def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     collator = collator_cls(pad_token_id=pad, max_length=cfg.max_length, truncation_mode="keep_start")
     with tensorboard_dir(out / "trainer" / "runs"):
-        trainer = trainer_cls(model=model, ref_model=ref, args=dpo_args(out, cfg), data_collator=collator,
-                              train_dataset=dataset, processing_class=tokenizer)
+        trainer = quiet_logs(trainer_cls(model=model, ref_model=ref, args=dpo_args(out, cfg), data_collator=collator,
+                                         train_dataset=dataset, processing_class=tokenizer))
     tokens = sum(len(e["prompt_ids"]) * 2 + len(e["chosen_ids"]) + len(e["rejected_ids"]) for e in encoded)
     return Run(trainer, len(encoded), tokens, out, model_dir)
 

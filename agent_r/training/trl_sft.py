@@ -243,8 +243,24 @@ def sft_args(out: Path, cfg: TrlConfig) -> Any:
         dataloader_num_workers=0,
         dataloader_pin_memory=cuda(),
         ddp_find_unused_parameters=False,
-        disable_tqdm=not sys.stderr.isatty(),
+        disable_tqdm=True,                       # logs go through quiet_logs(), to stderr
     )
+
+
+def quiet_logs(trainer: Any) -> Any:
+    """transformers prints every log dict to stdout (PrinterCallback);
+    stdout is for the command's result lines, so the logs go to ``logging``."""
+    from transformers import PrinterCallback, TrainerCallback
+
+    class LogToLogging(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
+            if state.is_world_process_zero and logs:
+                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
+                log.info("step %d/%d: %s", state.global_step, state.max_steps, shown)
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(LogToLogging())
+    return trainer
 
 
 def prepare(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig) -> Run:
@@ -261,7 +277,8 @@ def prepare(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig)
     dataset = xtuner_dataset(data_files, tokenizer, cfg)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     with tensorboard_dir(out / "trainer" / "runs"):
-        trainer = SFTTrainer(model=model, args=sft_args(out, cfg), train_dataset=dataset, processing_class=tokenizer)
+        trainer = quiet_logs(SFTTrainer(model=model, args=sft_args(out, cfg), train_dataset=dataset,
+                                        processing_class=tokenizer))
     tokens = sum(len(ids) for ids in dataset["input_ids"])
     return Run(trainer, len(dataset), tokens, out, model_dir)
 

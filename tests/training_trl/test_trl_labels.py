@@ -16,7 +16,8 @@ from tests.training_trl.conftest import ROOT, quick
 
 XTUNER_BUILD = ("import json, sys\nfrom mmengine.config import Config\nfrom xtuner.registry import BUILDER\n"
                 "cfg = Config.fromfile(sys.argv[1])\n"
-                "print(json.dumps([[s['input_ids'], s['labels']] for s in BUILDER.build(cfg.train_dataloader.dataset)]))\n")
+                "built = BUILDER.build(cfg.train_dataloader.dataset)\n"
+                "print(json.dumps([[s['input_ids'], s['labels']] for s in built]))\n")
 
 
 def xtuner_built(data: Path, model_dir: str, max_length: int, general: Path, eta: float) -> list[list]:

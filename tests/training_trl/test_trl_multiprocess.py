@@ -38,6 +38,7 @@ def test_two_cpu_processes_take_the_same_steps_as_one_and_save_a_loadable_model(
     assert s1["global_batch"] == s2["global_batch"] == 4
     assert s1["steps"] == s2["steps"] == 2 * -(-n // 4)
     assert r2.stdout.count("next iteration: export MODEL_DIR=") == 1          # one process reports and writes
+    assert "'loss'" not in r1.stdout + r2.stdout and "loss" in r1.stderr       # step logs go to stderr
     assert len(json.loads((tmp_path / "two" / trl_sft.HISTORY).read_text())) == s2["steps"]
 
     hf = tmp_path / "two" / "hf"

@@ -104,7 +104,8 @@ def test_report_to_tensorboard_writes_event_files_offline(trl_export, tiny_model
 ])
 def test_bad_input_gets_one_line(argv, env, says, trl_export, tiny_model_dir, tmp_path, capsys, monkeypatch):
     bad = tmp_path / "no_flags.json"
-    bad.write_text(json.dumps([{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}]))
+    bad.write_text(json.dumps([{"messages": [{"role": "user", "content": "q"},
+                                             {"role": "assistant", "content": "a"}]}]))
     fill = {"bad": str(bad), "model": tiny_model_dir, "out": str(tmp_path / "out"), "data": str(trl_export)}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
