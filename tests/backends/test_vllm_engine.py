@@ -4,7 +4,8 @@ evaluation, compared with the hf backend.
 
 Runs only where vllm is installed: `make setup-vllm` builds .venv-vllm and
 `make test-vllm` runs this file there. Elsewhere it is skipped with that
-message; the CPU suite covers the same rules with tests/support/fake_vllm.py.
+message; the main suite covers the same rules with tests/support/fake_vllm.py,
+a test double of the engine (tests/backends/test_vllm.py).
 Each engine start takes 30 s (idle) to 3 min (busy 2-core box): the tests
 share one in-process engine, and one test starts mcts_collection.py as a
 process, the way a user runs it.
@@ -56,14 +57,17 @@ def episode(goal: str, filler: int = 0) -> list[dict]:
 
 
 def test_engine_fits_the_model_and_says_what_runs(vllm_backend):
+    """The engine is as long as the model's positions, runs on CPU in fp32,
+    and prompts leave room for the reply."""
     info = vllm_backend.describe()
     assert (info["device"], info["dtype"], info["max_model_len"]) == ("cpu", "float32", 4096)
     assert vllm_backend.prompt_budget(4096, 500) == 3596
 
 
 def test_mcts_collection_script_with_default_settings(textcraft_server, tmp_path):
-    """The issue's crash: default MAX_TOKEN_LENGTH + max_new_tokens asked the
-    engine for more positions than the model has."""
+    """mcts_collection.py with the default MAX_TOKEN_LENGTH and
+    max_new_tokens runs on the real engine: the engine is capped at the
+    model's positions (said in the log) instead of asking for more."""
     env = {k: v for k, v in os.environ.items() if k not in ("MAX_TOKEN_LENGTH", "MODEL_DIR", "TEMP")}
     env.update(TASK="textcraft", ITERA="2", N_GEN="2", MAX_DEPTH="3", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "mcts_collection.py", "--backend", "vllm", "--env_server_base",
@@ -77,6 +81,8 @@ def test_mcts_collection_script_with_default_settings(textcraft_server, tmp_path
 
 
 def test_batch_rules_on_the_real_engine(vllm_backend):
+    """Greedy gives one sample, an overlong prompt fails alone, and a seeded
+    sampled batch gives the same samples twice."""
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=24)
     out = vllm_backend.generate([GenerationRequest(episode("a"), n=3), GenerationRequest(episode("b", 3000)),
                                  GenerationRequest(episode("c"))], greedy)
@@ -110,6 +116,7 @@ def trees(folder) -> dict:
 
 
 def test_greedy_search_trees_match_hf(vllm_backend, hf_backend, textcraft_server, tmp_path):
+    """Greedy search writes the same trees with the engine as with hf (fp32)."""
     a = search_settings(textcraft_server, str(tmp_path / "vllm"), backend=VLLM)
     b = search_settings(textcraft_server, str(tmp_path / "hf"), backend=HF)
     collect_trees(a, backend=vllm_backend)
@@ -119,6 +126,7 @@ def test_greedy_search_trees_match_hf(vllm_backend, hf_backend, textcraft_server
 
 
 def test_path_collection_judges_with_the_real_engine(vllm_backend, tmp_path):
+    """Path collection uses the engine as its verifier and writes its data."""
     for idx, root in enumerate([tf.tree_split_at_root(), tf.tree_many_leaves()]):
         tf.write_tree(root, tmp_path / "trees", idx)
     settings = PathSettings(task="textcraft", input_dir=str(tmp_path / "trees"), output_dir=str(tmp_path / "data"),
@@ -129,6 +137,7 @@ def test_path_collection_judges_with_the_real_engine(vllm_backend, tmp_path):
 
 
 def test_greedy_eval_episodes_match_hf(vllm_backend, hf_backend, textcraft_server, tmp_path):
+    """Greedy evaluation ends every episode the same way with the engine as with hf."""
     runs = {}
     for name, backend, settings in (("vllm", vllm_backend, VLLM), ("hf", hf_backend, HF)):
         cfg = ev.EvalSettings(task="textcraft", temperature=0.0, limit=10, max_steps=15, max_new_tokens=100,

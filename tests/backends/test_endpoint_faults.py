@@ -89,6 +89,8 @@ def assert_key_absent(res, *roots: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["mcts", "eval", "path"])
 def test_runs_complete_through_20_percent_faults(kind, tmp_path, textcraft_server, tables):
+    """Through 20% faults every script completes with the same outputs as a
+    fault-free run; each retry is logged, printed and in the manifest."""
     table = tables["verifier" if kind == "path" else "search"]
     direct, direct_dir = run(kind, TABLE, tmp_path / "direct", {"MODEL_DIR": table}, textcraft_server, tables)
     assert direct.returncode == 0, direct.stderr[-2000:]
@@ -113,6 +115,8 @@ def test_runs_complete_through_20_percent_faults(kind, tmp_path, textcraft_serve
 
 @pytest.mark.parametrize("kind", ["mcts", "eval", "path"])
 def test_dead_endpoint_stops_with_one_line_after_the_bound(kind, tmp_path, textcraft_server, tables):
+    """An endpoint that always fails stops every script after the retry
+    bound with exit 2 and one error line, no traceback."""
     proc, url = model_server(tables["search"], "--fail-rate", "1.0", "--fail-kinds", "429,500,timeout")
     try:
         res, _ = run(kind, "openai", tmp_path, openai_env(url, OPENAI_MAX_RETRIES="2"), textcraft_server, tables)
@@ -126,6 +130,8 @@ def test_dead_endpoint_stops_with_one_line_after_the_bound(kind, tmp_path, textc
 
 
 def test_rejected_key_stops_at_once_without_showing_it(tmp_path, textcraft_server, tables):
+    """A rejected key stops the run at once (no retry) with exit 2 and a
+    hint to check OPENAI_API_KEY, never showing the key."""
     proc, url = start_server("tests.support.openai_server", "--policy-json", str(tables["search"]),
                              "--api-key", "the-server-wants-another-key")
     try:
