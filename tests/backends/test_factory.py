@@ -56,6 +56,19 @@ def test_make_backend_unknown_kind_lists_choices(tiny_model_dir):
             make_backend(BackendSettings(backend=bad, model_dir=tiny_model_dir))
 
 
+def test_user_factory_must_return_a_backend(tiny_model_dir):
+    """A python: factory that returns something else than a Backend is a
+    usage error naming what it returned."""
+    with pytest.raises(UsageError, match="not_a_backend returned dict, not an agent_r.llm.Backend"):
+        make_backend(BackendSettings(backend="python:tests.backends.test_factory:not_a_backend",
+                                     model_dir=tiny_model_dir))
+
+
+def not_a_backend(model_dir, **options):
+    """A python: factory for the test above: returns a dict."""
+    return {"model_dir": model_dir}
+
+
 def test_startup_line_names_backend_device_dtype(tiny_model_dir, vllm_fake, caplog):
     """Each built-in backend logs one "model: ..." line saying what runs
     where: backend, device, dtype, model and size (the server's for openai)."""

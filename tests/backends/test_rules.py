@@ -4,12 +4,29 @@ is named once."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 from agent_r.driver import generate_checked
-from agent_r.llm import GenerationRequest, HFBackend, OpenAIBackend
+from agent_r.llm import GenerationRequest, HFBackend, OpenAIBackend, derive_seed
 from tests.backends.common import GREEDY_16, SAMPLED_16, crafting_chat, fake_serve
 from tests.support.doubles import ScriptedBackend
 from tests.support.env_fixtures import stop_server
+from tests.support.model_fixtures import ROOT
+
+
+# ----------------------------------------------------------------------------- request seeds
+
+def test_derived_seed_is_stable_across_processes_and_31_bits():
+    """A request seed depends on its parts only: the same in another process
+    (unlike hash(), which is salted per process), fits 31 bits, and differs
+    when any part differs."""
+    code = "from agent_r.llm import derive_seed; print(derive_seed(0, 'textcraft', 3, 1))"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": "123"}, cwd=ROOT)
+    assert int(other.stdout) == derive_seed(0, "textcraft", 3, 1) == 1807693030
+    assert 0 <= derive_seed("x") < 2**31
+    assert len({derive_seed(0, "textcraft", 3, s) for s in range(50)}) == 50
 
 
 # ----------------------------------------------------------------------------- TEMP=0 with N_GEN > 1

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from agent_r.llm import BackendError, GenerationRequest, PromptTooLong, SamplingConfig, VLLMBackend, make_backend
+from agent_r.driver import DriverConfig, run_jobs
+from agent_r.llm import (BackendError, GenerationRequest, PromptTooLong, SamplingConfig, VLLMBackend, derive_seed,
+                         make_backend)
 from agent_r.settings import BackendSettings, UsageError
 from tests.backends.common import GREEDY_16, SAMPLED_16, crafting_chat
 from tests.support import fake_vllm
@@ -28,6 +30,38 @@ def test_greedy_n_above_one_no_longer_crashes_vllm(vllm_fake, tiny_model_dir):
     assert [p.n for p in vllm_fake.LLM.calls[-1][1]] == [1, 1]
     sampled = backend.generate([GenerationRequest(crafting_chat(), n=3, seed=1)], SAMPLED_16)
     assert len(set(sampled[0])) == 3
+
+
+def test_each_requests_derived_seed_reaches_the_engine(vllm_fake, tiny_model_dir):
+    """Per-request seeds are what make vllm results independent of batch
+    composition: the seed a job derives with derive_seed (from the run seed,
+    its key and its step) is the seed of that request's SamplingParams in the
+    engine call, in the request's own place, through make_backend and the
+    batch driver; the run seed is the engine's."""
+    backend = make_backend(BackendSettings(backend="vllm", model_dir=tiny_model_dir), seed=7, max_model_len=1000)
+    assert vllm_fake.LLM.instances[-1].kwargs["seed"] == 7
+
+    class TwoTurns:
+        def __init__(self, key: str):
+            self.key = key
+
+        def run(self, client):
+            for step in range(2):
+                yield GenerationRequest(crafting_chat(f"{self.key} {step}"), n=2, seed=derive_seed(7, self.key, step))
+
+    keys = ["task-1", "task-2", "task-3"]
+    run_jobs([TwoTurns(k) for k in keys], backend, lambda: object(),
+             DriverConfig(SAMPLED_16, max_token_length=900, concurrency=3), lambda outcome: None)
+    calls = vllm_fake.LLM.calls
+    assert len(calls) == 2
+    for step, (prompts, params) in enumerate(calls):
+        assert len(prompts) == len(params) == 3
+        by_prompt = [next(k for k in keys if f"Goal: {k} {step}." in backend.tokenizer.decode(p["prompt_token_ids"]))
+                     for p in prompts]
+        assert sorted(by_prompt) == keys
+        assert [sp.seed for sp in params] == [derive_seed(7, k, step) for k in by_prompt]
+        assert all(sp.n == 2 and sp.temperature == 1.0 for sp in params)
+    assert len({sp.seed for _, params in calls for sp in params}) == 6
 
 
 def test_default_mcts_settings_fit_the_vllm_engine(vllm_fake, tiny_model_dir, caplog):
@@ -80,6 +114,16 @@ def test_big_model_guard_on_vllm_follows_its_device(big_model_dir, monkeypatch):
     gpu = VLLMBackend(big_model_dir, kv_cache_gib=None)
     assert gpu.device == "cuda" and "kv_cache_memory_bytes" not in gpu.options
     assert "enable_chunked_prefill" not in gpu.options
+
+
+def test_one_engine_per_model_and_options(vllm_fake, tiny_model_dir):
+    """An engine takes minutes and most of the GPU: two backends with the same
+    model and options share one engine, and close() lets it go."""
+    first, second = VLLMBackend(tiny_model_dir, max_model_len=1000), VLLMBackend(tiny_model_dir, max_model_len=1000)
+    assert first.llm is second.llm and len(vllm_fake.LLM.instances) == 1
+    first.close()
+    VLLMBackend(tiny_model_dir, max_model_len=1000)
+    assert len(vllm_fake.LLM.instances) == 2
 
 
 def test_vllm_missing_gives_install_hint(monkeypatch, tiny_model_dir):
