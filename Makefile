@@ -24,7 +24,7 @@ $(VENV)/.installed: requirements.txt
 # * a CPU build (dev box, CI): DeepSpeed is rebuilt with its CPU shared-memory op
 #   compiled in (otherwise every DeepSpeed run on CPU JIT-compiles it, minutes), and
 #   PyPI's torchvision (a CUDA build that cannot import next to the CPU torch) is
-#   removed; the CPU tests use a stub (tests/train/support).
+#   removed; the CPU tests use a stub (tests/training/support).
 TRAIN_VENV ?= .venv-train
 TRAIN_PIP := $(TRAIN_VENV)/bin/pip
 

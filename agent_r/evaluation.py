@@ -31,13 +31,14 @@ from agent_r import conversation as conv
 from agent_r.driver import DriverConfig, Outcome, close_quietly, env_errors, is_fatal, run_jobs
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import atomic_write_json, read_json
+from agent_r.knobs import EVAL_PROMPT_BUDGET, PromptBudget, TaskChoice, Temperature
 from agent_r.llm import BUNDLED_MODEL, Backend, GenerationRequest, SamplingConfig, derive_seed, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.report import SUMMARY_FILE, result_path, summarize_dir
 from agent_r.settings import ShardSettings
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, concurrency_setting,
-                              env_server_setting, manifest_config, max_new_tokens_setting, max_token_length_setting,
+                              env_server_setting, manifest_config, max_new_tokens_setting,
                               nested, resolved_model_name, seed_setting, setting, validate)
 
 log = logging.getLogger(__name__)
@@ -47,15 +48,13 @@ TASK_HELP = "the environment to evaluate: textcraft, sciworld or webshop"
 
 
 @dataclass
-class EvalSettings:
-    """Every setting of eval.py (flag > env var > default; see --help)."""
+class EvalSettings(TaskChoice, PromptBudget, Temperature):
+    """Every setting of eval.py (flag > env var > default; see --help). TASK
+    (required, except with --compare), TEMP and MAX_TOKEN_LENGTH are declared
+    in agent_r/knobs.py."""
 
-    task: str | None = setting(None, env="TASK", flag=None, help=f"{TASK_HELP} (required, except with --compare)")
     model_type: str = setting("eval", env="MODEL_TYPE", flag=None,
                               help="the label appended to the output folder, e.g. iter1 (default eval)")
-    temperature: float = setting(1.0, env="TEMP", flag=None, minimum=0.0, help="the sampling temperature; 1.0 is "
-                                 "the reference's decoding, 0 is greedy (default 1.0)")
-    max_token_length: int = max_token_length_setting("prompt", default=7000)  # the reference eval's budget
     env_server_base: str | None = env_server_setting()
     max_steps: int = setting(100, minimum=1, help="the most model turns per episode (default 100)")
     split: str | None = setting(None, help="the named split whose test list is evaluated: agenteval (the paper's "
@@ -83,7 +82,10 @@ class EvalSettings:
     shard: ShardSettings = nested(ShardSettings)
 
     def finish(self) -> None:
-        """TASK is required unless the run only compares finished folders."""
+        """TASK is required unless the run only compares finished folders;
+        TEMP and MAX_TOKEN_LENGTH fall back to eval's defaults (idempotent)."""
+        self.resolve_temperature()
+        self.resolve_prompt_budget(EVAL_PROMPT_BUDGET)
         if self.plot and not self.compare:
             raise UsageError("--plot draws the runs of --compare: pass --compare RUN_DIR... with it")
         if self.compare:

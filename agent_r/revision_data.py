@@ -31,11 +31,12 @@ from tqdm import tqdm
 from agent_r import revision
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
+from agent_r.knobs import VERIFIER_TEMPERATURE, PairKnobs, PromptBudget, TaskChoice, Temperature
 from agent_r.llm import BUNDLED_MODEL, Backend, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.revision import RevisionConfig, TreeRows
 from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, manifest_config,
-                              max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
+                              max_new_tokens_setting, nested, resolved_model_name,
                               setting, validate)
 from agent_r.tree import TreeFormatError, load_tree
 
@@ -45,17 +46,11 @@ TREE_FILE = re.compile(r"^search_results_(\d+)\.json$")
 
 
 @dataclass
-class PathSettings:
-    """Every setting of ``path_collection.py`` (flag > env var > default)."""
+class PathSettings(TaskChoice, PromptBudget, PairKnobs, Temperature):
+    """Every setting of ``path_collection.py`` (flag > env var > default).
+    TASK (required), ALPHA, BETA, the pair cap, TEMP and MAX_TOKEN_LENGTH (the
+    verifier's prompt budget) are declared in agent_r/knobs.py."""
 
-    task: str | None = setting(None, env="TASK", flag=None,
-                               help="the environment the trees come from: textcraft, sciworld or webshop (required)")
-    alpha: float | None = setting(None, env="ALPHA", flag=None,
-                                  help="the score a good path's leaf must exceed, on the task's score scale "
-                                       "(default: the task's value, agent_r/envs)")
-    beta: float | None = setting(None, env="BETA", flag=None, minimum=0.0,
-                                 help="the score gap a (good, bad) pair must exceed, on the task's score scale "
-                                      "(default: the task's value, agent_r/envs)")
     input_dir: str | None = setting(None, help="the folder of search_results_<idx>.json trees (default "
                                                "mcts_result/{TASK}/{model name})")
     output_dir: str = setting("mcts_training_data", help="where {TASK}_{data_type}.jsonl goes "
@@ -66,18 +61,19 @@ class PathSettings:
     revise: bool = setting(True, help="whether the model finds the first bad step (1) or the whole low path "
                                       "is the bad prefix (0) (default 1)")
     seed: int = setting(0, help="the seed of pair shuffling, revision thoughts and verifier requests (default 0)")
-    max_pairs_per_tree: int = setting(0, minimum=0, help="pairs kept per tree after the seeded shuffle, 0 = all "
-                                      "as the reference (default 0)")
-    verifier_temperature: float = setting(0.0, env="TEMP", minimum=0.0,
-                                          help="the verifier's sampling temperature (default 0 = greedy)")
+    verifier_temperature: float | None = setting(None, minimum=0.0, help="the verifier's sampling temperature "
+                                                 "(default: TEMP when set, else 0 = greedy)")
     max_new_tokens: int = max_new_tokens_setting("a verifier reply")
-    max_token_length: int = max_token_length_setting("verifier prompt")
     tree_batch: int = setting(32, minimum=1, help="trees whose verifier prompts share one batched model call "
                                                   "(default 32)")
     backend: BackendSettings = nested(BackendSettings)
 
     def finish(self) -> None:
-        """Per-task defaults and the default input folder (idempotent)."""
+        """Per-task defaults, the verifier's temperature and prompt budget,
+        and the default input folder (idempotent)."""
+        if self.verifier_temperature is None:
+            self.verifier_temperature = VERIFIER_TEMPERATURE if self.temperature is None else self.temperature
+        self.resolve_prompt_budget()
         if not self.task:
             raise UsageError("environment variable TASK is not set: it is the environment the trees come from "
                              "(textcraft, sciworld or webshop). Set it, e.g. `export TASK=textcraft`.")

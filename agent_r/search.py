@@ -30,29 +30,21 @@ from agent_r.envs import EnvSpec, get_env
 from agent_r.io import atomic_write_json
 from agent_r.llm import BUNDLED_MODEL, Backend, GenerationRequest, SamplingConfig, derive_seed, make_backend
 from agent_r.manifest import write_manifest
+from agent_r.knobs import DEFAULT_TASK, PromptBudget, SearchKnobs, TaskChoice
 from agent_r.settings import (BackendSettings, UsageError, concurrency_setting, env_server_setting, manifest_config,
-                              max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
-                              seed_setting, setting, task_setting)
+                              max_new_tokens_setting, nested, resolved_model_name, seed_setting, setting)
 from agent_r.settings import ShardSettings
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
-from agent_r.tree import EXPLORATION_C, Node, TreeFormatError, load_tree
+from agent_r.tree import Node, TreeFormatError, load_tree
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class SearchSettings:
-    """Settings of mcts_collection.py (SPEC section 3); env var names are the reference's."""
+class SearchSettings(TaskChoice, PromptBudget, SearchKnobs):
+    """Settings of mcts_collection.py; env var names are the reference's.
+    TASK, MAX_TOKEN_LENGTH and the search knobs are declared in agent_r/knobs.py."""
 
-    task: str = task_setting("textcraft")
-    max_depth: Optional[int] = setting(None, env="MAX_DEPTH", flag=None, minimum=0,
-                                       help="the depth beyond which a node is terminal (default per task: "
-                                       "textcraft 20, sciworld 30, webshop 10)")
-    iterations: int = setting(8, env="ITERA", flag=None, minimum=1, help="the number of MCTS iterations per tree (default 8)")
-    n_gen: int = setting(4, env="N_GEN", flag=None, minimum=1,
-                         help="the number of model samples per expansion, one request with n=N_GEN (default 4)")
-    temperature: float = setting(1.0, env="TEMP", flag=None, minimum=0.0, help="the sampling temperature (default 1.0)")
-    max_token_length: int = max_token_length_setting("prompt")
     max_new_tokens: int = max_new_tokens_setting()
     seed: int = seed_setting()
     env_server_base: Optional[str] = env_server_setting()
@@ -76,15 +68,16 @@ class SearchSettings:
                                "error (default 2)")
     env_retry_delay: float = setting(1.0, minimum=0.0, help="seconds before the first restart, doubled for each "
                                      "further one (default 1)")
-    c: float = setting(EXPLORATION_C, flag="--exploration_c", minimum=0.0,
-                       help=f"UCT exploration constant (default {EXPLORATION_C}, the paper's)")
     backend: BackendSettings = nested(BackendSettings)
     shard: ShardSettings = nested(ShardSettings)
 
     def finish(self) -> None:
-        """Per-environment defaults (MAX_DEPTH) once TASK is known."""
-        spec = get_env(self.task)
+        """Per-script and per-environment defaults (TASK, TEMP,
+        MAX_TOKEN_LENGTH, then MAX_DEPTH once TASK is known); idempotent."""
+        spec = get_env(self.task or DEFAULT_TASK)
         self.task = spec.name
+        self.resolve_temperature()
+        self.resolve_prompt_budget()
         if self.max_depth is None:
             self.max_depth = spec.max_depth
 

@@ -19,7 +19,7 @@ from agent_r.conversation import HEAD_LEN, initial_conversation
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_PY = ROOT / ".venv-train" / "bin" / "python"
-TRAIN_SUPPORT = ROOT / "tests" / "train" / "support"   # torchvision stub for XTuner on CPU
+TRAIN_SUPPORT = ROOT / "tests" / "training" / "support"   # torchvision stub for XTuner on CPU
 
 
 def revision_sample(bad: int, good: int, words: int = 20) -> dict:

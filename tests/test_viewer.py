@@ -217,14 +217,14 @@ def test_iterate_results_png_comes_from_the_same_helper(tmp_path):
 
     from PIL import Image
 
-    from agent_r import iterate
+    from agent_r.loop import results
 
     s = SimpleNamespace(tasks=["textcraft", "sciworld"], variant_list=["agent-r", "direct"], iterations=1)
     test = lambda a, b: {"textcraft": {"success_pct": a}, "sciworld": {"success_pct": b}}  # noqa: E731
     rows = [{"iteration": 0, "variant": "base", "test": test(10.0, 20.0)},
             {"iteration": 1, "variant": "agent-r", "test": test(30.0, 50.0)},
             {"iteration": 1, "variant": "direct", "test": test(20.0, 20.0)}]
-    iterate.write_plot(s, rows, tmp_path / "results.png")
+    results.write_plot(s, rows, tmp_path / "results.png")
     with Image.open(tmp_path / "results.png") as image:
         panels = json.loads(image.text["Description"])
     assert panels["textcraft"]["agent-r"] == [[0, 10.0], [1, 30.0]]

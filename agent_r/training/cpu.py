@@ -1,23 +1,25 @@
-"""A small full fine-tuning loop for tiny models on CPU, reading the same
-exported XTuner JSON as ``xtuner_config/`` and encoding it the way XTuner does.
+"""The in-process trainer (``TRAINER=cpu``): a small full fine-tuning loop for
+tiny models, reading the same exported XTuner JSON as XTuner's config and
+encoding it the way XTuner does.
 
 Why it exists: XTuner on CPU trains the bundled 3M-parameter model about five
 times slower per token than a plain loop (packed 2048-token sequences with
 attention across samples, activation checkpointing, fp32 shims) and spends a
 minute starting up and converting each run (docs/iterate.md has the numbers),
 so ``iterate.py`` on a 2-core box could not fit a self-training iteration in
-minutes. This trainer stands in for it there (``TRAINER=cpu``); a cluster uses
-XTuner (``TRAINER=xtuner``).
+minutes. This trainer stands in for it there; a cluster uses XTuner
+(``TRAINER=xtuner``).
 
 What must not differ from XTuner is what is learned from which token. So each
 sample is encoded exactly as XTuner's ``openai_map_fn`` + ``llama3_chat``
-template + ``encode_fn`` do (tests/test_iterate.py compares the token ids and
-labels with XTuner's on the same samples): consecutive user messages are
-joined, each assistant message closes a turn, the turn's system/user text is
-never trained, the assistant text and its ``<|eot_id|>`` are trained exactly
-when the message's ``loss`` is true, one BOS starts the sample, a sample is
-cut at ``max_length``, samples with nothing to train are dropped. General data
-is mixed at ETA by the same functions the XTuner config uses.
+template + ``encode_fn`` do (tests/training/test_cpu_trainer.py compares the
+token ids and labels with XTuner's on the same samples): consecutive user
+messages are joined, each assistant message closes a turn, the turn's
+system/user text is never trained, the assistant text and its ``<|eot_id|>``
+are trained exactly when the message's ``loss`` is true, one BOS starts the
+sample, a sample is cut at ``max_length``, samples with nothing to train are
+dropped. The rows (agent samples plus general data at ETA) come from the same
+function XTuner's config uses (``agent_r.training.data.training_records``).
 
 Steps mirror XTuner's packed steps: one step takes shuffled samples up to
 ``max_length x batch_size`` tokens (a "packed" batch, here without attention
@@ -41,6 +43,8 @@ from typing import Any
 
 from agent_r.export import XTUNER_TEMPLATE
 from agent_r.settings import UsageError
+from agent_r.training.data import training_records
+from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +53,6 @@ IGNORE = -100
 # tokenizer files stay in the form transformers 4.48 (XTuner) reads too.
 COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                 "chat_template.jinja")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """The XTuner config's settings that this loop honours (same meanings).
-    No defaults on purpose: they are the config's (xtuner_config/settings.py),
-    which the caller passes."""
-
-    lr: float
-    epochs: int
-    max_length: int
-    batch_size: int
-    accumulative_counts: int
-    warmup_ratio: float
-    seed: int
-    general_data: str
-    eta: float
-    threads: int = 0                 # 0 = torch's default
 
 
 # --------------------------------------------------------------------------- encoding (XTuner's rules)
@@ -105,16 +91,6 @@ def encode(messages: list[dict], tokenizer: Any, max_length: int) -> tuple[list[
         ids += inp + out
         labels += [IGNORE] * len(inp) + (out if trained else [IGNORE] * len(out))
     return ids[:max_length], labels[:max_length]
-
-
-def load_records(data_files: list[str], cfg: TrainConfig) -> list[dict]:
-    """The agent samples plus general data at ETA: the XTuner config's loader."""
-    from xtuner_config.data import load_agent_samples, load_general_samples, mix
-
-    agent = load_agent_samples(data_files)
-    if not cfg.general_data or cfg.eta <= 0:
-        return agent
-    return mix(agent, load_general_samples(cfg.general_data), cfg.eta, cfg.seed)
 
 
 @dataclass
@@ -206,35 +182,35 @@ def batch_loss(model: Any, batch: list[Example], pad_id: int) -> tuple[Any, int]
 
 # --------------------------------------------------------------------------- training
 
-def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+def lr_at(step: int, total: int, knobs: TrainKnobs) -> float:
     """XTuner's schedule: linear warm-up from 1e-5 x LR, then cosine to 0."""
-    warm = int(cfg.warmup_ratio * total)
+    warm = int(knobs.warmup_ratio * total)
     if step < warm:
-        return cfg.lr * (1e-5 + (1 - 1e-5) * step / warm)
+        return knobs.lr * (1e-5 + (1 - 1e-5) * step / warm)
     progress = (step - warm) / max(1, total - warm)
-    return cfg.lr * 0.5 * (1 + math.cos(math.pi * progress))
+    return knobs.lr * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def plan_steps(data: list[Example], cfg: TrainConfig) -> list[list[list[Example]]]:
+def plan_steps(data: list[Example], knobs: TrainKnobs, seed: int) -> list[list[list[Example]]]:
     """Every optimizer step of the run: ``accumulative_counts`` batches each."""
-    rng = random.Random(cfg.seed)
-    batches = [b for _ in range(cfg.epochs) for b in epoch_batches(data, cfg.max_length * cfg.batch_size, rng)]
-    k = cfg.accumulative_counts
+    rng = random.Random(seed)
+    batches = [b for _ in range(knobs.epochs) for b in epoch_batches(data, knobs.max_length * knobs.batch_size, rng)]
+    k = knobs.accumulative_counts
     return [batches[i:i + k] for i in range(0, len(batches), k)]
 
 
-def fit(model: Any, steps: list[list[list[Example]]], cfg: TrainConfig, pad_id: int) -> list[float]:
+def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
     """Runs the steps; returns each step's loss (mean per trained token)."""
     import torch
     from tqdm import tqdm
 
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
     model.train()
     losses = []
     bar = tqdm(steps, desc="fine-tune (cpu)", unit="step")
     for n, step in enumerate(bar):
         for group in opt.param_groups:
-            group["lr"] = lr_at(n, len(steps), cfg)
+            group["lr"] = lr_at(n, len(steps), knobs)
         opt.zero_grad(set_to_none=True)
         step_loss = 0.0
         for batch in step:   # as mmengine accumulates: each batch's mean loss / the batches in the step
@@ -269,30 +245,33 @@ def save_model(model: Any, source: Path, out: Path) -> None:
     tmp.rename(out)
 
 
-def fine_tune(model_dir: str, data_files: list[str], out_dir: str, cfg: TrainConfig) -> dict:
-    """Fully fine-tune ``model_dir`` on the export files; write the model to
-    ``out_dir`` (a Hugging Face directory); return the run's statistics."""
+def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
+              threads: int = 0) -> dict:
+    """Fully fine-tune ``model_dir`` on the export files (plus general data
+    at ETA); write the model to ``out_dir`` (a Hugging Face directory);
+    return the run's statistics. ``threads`` 0 = torch's default."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.time()
-    torch.manual_seed(cfg.seed)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    data = examples(load_records(data_files, cfg), tokenizer, cfg.max_length)
+    records, agent = training_records(data_files, knobs.general_data, knobs.eta, seed)
+    data = examples(records, tokenizer, knobs.max_length)
     if not data:
         raise UsageError(f"{', '.join(data_files)}: no sample has a trained token")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    steps = plan_steps(data, cfg)
+    steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    losses = fit(model, steps, cfg, pad)
+    losses = fit(model, steps, knobs, pad)
     save_model(model, Path(model_dir), Path(out_dir))
     tenth = max(1, len(losses) // 10)
-    stats = {"trainer": "cpu", "samples": len(data), "steps": len(steps),
-             "tokens": sum(len(ex.ids) for ex in data) * cfg.epochs,
+    stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
+             "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
-             "seconds": round(time.time() - started, 1), "config": asdict(cfg)}
+             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])
     return stats

@@ -5,8 +5,8 @@ training env (.venv-train: XTuner 0.2.0, transformers 4.48, DeepSpeed 0.16) as
 subprocesses, exactly as a user runs it. Nothing here is a double: the tiny
 Llama is real, the export comes from path_collection.py, training is real
 `xtuner` code on CPU. CPU-only shims (torchvision stub, bf16 query, the fp32
-optimizer wrapper, a DeepSpeed JSON without fp16/bf16) are in tests/train/support
-and tests/train/cpu_config.py.
+optimizer wrapper, a DeepSpeed JSON without fp16/bf16) are in
+tests/training/support and tests/training/cpu_config.py.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from tests.support import tree_fixtures as tf
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_VENV = ROOT / ".venv-train"
-SUPPORT = ROOT / "tests" / "train" / "support"
-CPU_CONFIG = ROOT / "tests" / "train" / "cpu_config.py"
+SUPPORT = ROOT / "tests" / "training" / "support"
+CPU_CONFIG = ROOT / "tests" / "training" / "cpu_config.py"
 # Settings the configs and scripts read; cleared so the caller's shell cannot leak in.
 SETTINGS = ("MODEL_DIR", "DATA_FILES", "GENERAL_DATA", "ETA", "SEED", "MAX_LENGTH", "PACK", "MAP_NUM_PROC",
             "BATCH_SIZE", "ACCUMULATIVE_COUNTS", "EPOCHS", "LR", "WARMUP_RATIO", "SAVE_STEPS",
@@ -34,12 +34,14 @@ SETTINGS = ("MODEL_DIR", "DATA_FILES", "GENERAL_DATA", "ETA", "SEED", "MAX_LENGT
 
 def train_env(**settings) -> dict[str, str]:
     """Environment for a training-env subprocess: its bin first on PATH (XTuner
-    runs a bare `python`) and the CPU shims first on PYTHONPATH."""
+    runs a bare `python`), the CPU shims first on PYTHONPATH, then the
+    repository (the config imports agent_r; train.sh adds it itself, a plain
+    `xtuner train` needs it given, as here)."""
     if not (TRAIN_VENV / "bin" / "python").exists():
         pytest.fail("the training environment .venv-train is missing: run `make setup-train` "
                     "(or `make test`, which builds it)", pytrace=False)
     env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
-    env.update(PATH=f"{TRAIN_VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=str(SUPPORT),
+    env.update(PATH=f"{TRAIN_VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}", PYTHONPATH=f"{SUPPORT}{os.pathsep}{ROOT}",
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", MAP_NUM_PROC="1")
     env.update({k: str(v) for k, v in settings.items()})
     return env

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from agent_r.llm import GenerationRequest, HFBackend, SamplingConfig
+from agent_r.training.data import mix, sharegpt_to_messages
 from tests.support.model_fixtures import free_port
-from tests.train.conftest import CPU_CONFIG, ROOT, SUPPORT, inspect_config, run_train_env
-from xtuner_config.data import mix, sharegpt_to_messages
+from tests.training.conftest import CPU_CONFIG, ROOT, SUPPORT, inspect_config, run_train_env
 
 SHIPPED = ROOT / "xtuner_config" / "agent_r_llama3_8b_full.py"
 REFERENCE_NAME = ROOT / "xtuner_config" / "llama3_8b_instruct_full_alpaca_e3_copy.py"
@@ -151,7 +151,7 @@ def test_train_sh_fine_tunes_and_converts_for_the_hf_backend(deepspeed, agent_ex
 
 def test_missing_training_env_is_reported(tmp_path):
     """Without .venv-train the helper fails (never skips) naming the fix."""
-    code = ("import pytest, tests.train.conftest as c, pathlib;"
+    code = ("import pytest, tests.training.conftest as c, pathlib;"
             f"c.TRAIN_VENV = pathlib.Path({str(tmp_path)!r});"
             "\ntry:\n    c.train_env()\nexcept pytest.fail.Exception as e:\n    print(e)")
     r = subprocess.run([str(ROOT / ".venv" / "bin" / "python"), "-c", code], cwd=ROOT, capture_output=True,
@@ -161,8 +161,10 @@ def test_missing_training_env_is_reported(tmp_path):
 
 def test_plain_xtuner_cli_runs_the_config_from_any_directory(agent_export, tiny_model_dir, tmp_path):
     """`xtuner train` / `xtuner convert pth_to_hf` (the reference README's
-    commands) start XTuner's tools as scripts, so the config itself must make
-    this repository importable. The CLI exits 0 even on failure: check outputs."""
+    commands) start XTuner's tools as scripts from anywhere: with the
+    repository on PYTHONPATH (as run_train_env puts it, and as docs/training.md
+    tells a user) the config finds agent_r. The CLI exits 0 even on failure:
+    check outputs."""
     work, hf = tmp_path / "work", tmp_path / "hf"
     settings = dict(MODEL_DIR=tiny_model_dir, DATA_FILES=agent_export, MAX_LENGTH=512, EPOCHS=1,
                     ACCUMULATIVE_COUNTS=1, WARMUP_RATIO=0)
@@ -171,3 +173,28 @@ def test_plain_xtuner_cli_runs_the_config_from_any_directory(agent_export, tiny_
     assert Path(pth).is_file(), r.stderr[-3000:]
     r = run_train_env(["xtuner", "convert", "pth_to_hf", str(CPU_CONFIG), pth, str(hf)], cwd=tmp_path, **settings)
     assert (hf / "config.json").exists() and (hf / "tokenizer.json").exists(), r.stderr[-3000:]
+
+
+def test_config_without_the_repository_on_pythonpath_names_the_fix(tiny_model_dir, tmp_path):
+    """The config imports agent_r and never edits sys.path: without the
+    repository on PYTHONPATH it stops with one line saying what to set."""
+    r = run_train_env([str(ROOT / ".venv-train" / "bin" / "python"), str(SUPPORT / "inspect_config.py"),
+                       str(SHIPPED), "settings"], check=False, cwd=tmp_path, MODEL_DIR=tiny_model_dir,
+                      PYTHONPATH=SUPPORT)
+    assert r.returncode != 0
+    assert "put the Agent-R repository on PYTHONPATH" in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
+
+
+def test_agent_r_never_imports_xtuner_config_and_the_configs_edit_no_import_path():
+    """The dependency points one way: xtuner_config/ imports agent_r (its
+    settings and data loaders live in agent_r/training/), never the reverse;
+    the configs leave sys.path alone (the launcher sets PYTHONPATH)."""
+    import ast
+
+    for path in sorted((ROOT / "agent_r").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.split(".")[0] == "xtuner_config" for n in names), f"{path} imports xtuner_config"
+    for path in sorted((ROOT / "xtuner_config").glob("*.py")):
+        assert "sys.path" not in path.read_text(), f"{path} edits sys.path"

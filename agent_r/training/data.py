@@ -1,9 +1,10 @@
-"""Training records for the XTuner configs: Agent-R exports plus optional
-general chat data, as one ``datasets.Dataset`` of ``{"messages": [...]}``.
+"""Training records for both trainers: Agent-R exports plus optional general
+chat data, as ``{"messages": [...]}`` rows (a ``datasets.Dataset`` for XTuner's
+config, a list for the in-process trainer), so both learn from the same rows.
 
-Runs inside the training environment (XTuner pins transformers 4.48), so it
-imports nothing from the collection side except ``agent_r.config``/``io``,
-which are standard-library only.
+Runs inside the training environment too (XTuner pins transformers 4.48), so
+it imports nothing but ``agent_r.settings`` and ``agent_r.io``, which are
+standard-library only.
 
 Agent data is what ``path_collection.py export --format xtuner`` writes: a JSON
 list of ``{"messages": [...]}`` where every assistant message carries a boolean
@@ -112,11 +113,11 @@ def mix(agent: list[dict], general: list[dict], eta: float, seed: int) -> list[d
     return out
 
 
-def load_agent_r_dataset(data_files: str | list[str], general_data: str = "", eta: float = 0.2,
-                         seed: int = 0):
-    """The config's dataset builder: ``data_files`` comma-separated or a list."""
-    from datasets import Dataset
-
+def training_records(data_files: str | list[str], general_data: str = "", eta: float = 0.2,
+                     seed: int = 0) -> tuple[list[dict], int]:
+    """(the rows a trainer learns from, how many of them are agent samples):
+    the export files (``data_files`` comma-separated or a list) plus general
+    data at ``eta``. Both trainers call this, so they learn from the same rows."""
     files = [f.strip() for f in data_files.split(",")] if isinstance(data_files, str) else list(data_files)
     files = [f for f in files if f]
     if not files:
@@ -129,4 +130,12 @@ def load_agent_r_dataset(data_files: str | list[str], general_data: str = "", et
     general = load_general_samples(general_data) if general_data and eta > 0 else []
     rows = mix(agent, general, eta, seed) if general else agent
     log.info("training records: %d agent + %d general", len(agent), len(rows) - len(agent))
-    return Dataset.from_list(rows)
+    return rows, len(agent)
+
+
+def load_agent_r_dataset(data_files: str | list[str], general_data: str = "", eta: float = 0.2,
+                         seed: int = 0):
+    """The XTuner config's dataset builder: ``training_records`` as a ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    return Dataset.from_list(training_records(data_files, general_data, eta, seed)[0])

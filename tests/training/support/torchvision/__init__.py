@@ -11,4 +11,4 @@ __version__ = "0.0.0+stub"
 
 def __getattr__(name):
     raise ImportError(f"torchvision.{name} is not available: this is the CPU test stub "
-                      "(tests/train/support/torchvision); install a torchvision matching your torch")
+                      "(tests/training/support/torchvision); install a torchvision matching your torch")

@@ -1,4 +1,4 @@
-"""Test stub: see tests/train/support/torchvision/__init__.py."""
+"""Test stub: see tests/training/support/torchvision/__init__.py."""
 from .functional import InterpolationMode  # noqa: F401  (transformers.image_utils imports it)
 
 
