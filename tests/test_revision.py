@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from agent_r import revision
-from agent_r.revision import parse_judgement
+from agent_r import revision, verifier
+from agent_r.verifier import parse_judgement
 from agent_r.revision_data import PathSettings
 from tests.support import tree_fixtures as tf
 from tests.support.doubles import ScriptedBackend
@@ -88,10 +88,10 @@ def test_parse_judgement_reads_only_the_last_marker(reply, label):
 
 
 def test_unparseable_counts_and_acts_as_uncertain():
-    v = revision.make_verdict(["Good", None, "Bad", None], ["a", "b", "c", "d"])
+    v = verifier.make_verdict(["Good", None, "Bad", None], ["a", "b", "c", "d"])
     assert v.labels == ["Good", "Uncertain", "Bad", "Uncertain"]
     assert (v.unparseable, v.cut, v.first_bad) == (2, 3, 3)
-    v = revision.make_verdict([None, None], ["a", "b"])
+    v = verifier.make_verdict([None, None], ["a", "b"])
     assert (v.cut, v.first_bad) == (2, None)
 
 
@@ -264,7 +264,7 @@ def test_verifier_prompt_layout_and_history_truncation():
     root = tf.tree_shared_prefix()
     low = [p for p in revision.sorted_leaf_paths(root) if revision.path_score(p) == 0][0]
     cfg = config(alpha=0.5, beta=0.5)
-    revision.verify_paths(backend, cfg, [(tf.TASK, low, 0)])
+    verifier.verify_paths(backend, cfg, [(tf.TASK, low, 0)])
     last = backend.batches[0].requests[-1].messages[-1]["content"]
     assert tf.TASK in last and "Step 1 action: get 1 oak log" in last and "(step 3):\nAction: inventory" in last
     assert last.rstrip().splitlines()[-1].startswith("Judgment:")
@@ -272,7 +272,7 @@ def test_verifier_prompt_layout_and_history_truncation():
     small = config(alpha=0.5, beta=0.5, max_token_length=backend.count_tokens(
         backend.batches[0].requests[-1].messages) + 60 - 1)
     backend2 = ScriptedBackend(tf.verifier_policy({}))
-    revision.verify_paths(backend2, small, [(tf.TASK, low, 0)])
+    verifier.verify_paths(backend2, small, [(tf.TASK, low, 0)])
     cut = backend2.batches[0].requests[-1].messages[-1]["content"]
     assert "Step 1 action" not in cut and "Step 2 action: get 1 diamond" in cut and "(step 3)" in cut
 

@@ -11,7 +11,8 @@ import pytest
 
 from agent_r import envs
 from agent_r.conversation import initial_conversation
-from agent_r.search import SearchSettings, backpropagate, request_seed, search_trees, select_child, selection_rng
+from agent_r.mcts import backpropagate, request_seed, select_child, selection_rng
+from agent_r.search import SearchSettings, search_trees
 from agent_r.tree import Node
 from tests.support.doubles import ScriptedBackend
 from tests.support.search_doubles import SeededTextCraftDouble

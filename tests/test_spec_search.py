@@ -12,7 +12,8 @@ import random
 import pytest
 
 from agent_r import envs
-from agent_r.search import SearchSettings, collect_trees, search_trees, select_child
+from agent_r.mcts import select_child
+from agent_r.search import SearchSettings, collect_trees, search_trees
 from agent_r.settings import parse
 from agent_r.tree import EXPLORATION_C, Node
 from tests.support.doubles import ScriptedBackend

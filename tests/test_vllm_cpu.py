@@ -24,7 +24,7 @@ pytest.importorskip("vllm", reason="vllm is not installed in this venv: `make se
 from agent_r import evaluation as ev  # noqa: E402
 from agent_r.llm import (BUNDLED_MODEL, GenerationRequest, HFBackend, PromptTooLong, SamplingConfig,  # noqa: E402
                          VLLMBackend, make_backend)
-from agent_r.report import RESULT_PREFIX  # noqa: E402
+from agent_r import paths  # noqa: E402
 from agent_r.revision_data import PathSettings, collect  # noqa: E402
 from agent_r.search import SearchSettings, collect_trees  # noqa: E402
 from agent_r.settings import BackendSettings  # noqa: E402
@@ -135,7 +135,7 @@ def test_greedy_eval_episodes_match_hf(vllm_backend, hf_backend, textcraft_serve
                               env_server_base=textcraft_server, output_dir=str(tmp_path / name), backend=settings)
         done = ev.evaluate(cfg, backend)
         assert done.failed == 0 and done.ran == 10
-        runs[name] = {p.name: json.loads(p.read_text()) for p in sorted(cfg.run_dir().glob(f"{RESULT_PREFIX}*.json"))}
+        runs[name] = {p.name: json.loads(p.read_text()) for p in paths.result_files(paths.eval_dir(cfg))}
     assert len(runs["vllm"]) == 10
     for name, result in runs["vllm"].items():
         other = runs["hf"][name]
