@@ -1,9 +1,9 @@
-"""Training length (docs/training.md, "Sequence length"): XTuner cuts a sample
-at MAX_LENGTH from its end - the trained part of a revision sample - and drops
-samples left without labels. The xtuner export counts tokens exactly as XTuner
-encodes them and fits long samples by dropping untrained history, or leaves
-them out, counted; a trained token is never cut. The counts are checked
-against XTuner's own map/template/encode functions in the training env."""
+"""Training length: XTuner cuts a sample at MAX_LENGTH from its end - the
+trained part of a revision sample - and drops samples left without labels.
+The xtuner export counts tokens exactly as XTuner encodes them and fits long
+samples by dropping untrained history, or leaves them out, counted; a
+trained token is never cut. The counts are checked against XTuner's own
+map/template/encode functions in the training env."""
 from __future__ import annotations
 
 import json
@@ -16,8 +16,9 @@ import pytest
 
 from agent_r import export
 from agent_r.conversation import HEAD_LEN, initial_conversation
+from tests.support.env_fixtures import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+
 TRAIN_PY = ROOT / ".venv-train" / "bin" / "python"
 TRAIN_SUPPORT = ROOT / "tests" / "train" / "support"   # torchvision stub for XTuner on CPU
 
@@ -46,9 +47,6 @@ def words(messages: list[dict]) -> int:
 
 def trained(messages: list[dict]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "assistant" and m.get("loss")]
-
-
-# ---------------------------------------------------------------------------- fitting
 
 
 def test_short_samples_are_left_alone():
@@ -84,8 +82,6 @@ def test_fit_samples_counts_what_it_did():
     assert "2 of 3 samples were over MAX_LENGTH=" in report.line() and "1 left out" in report.line()
     assert "all 1 samples fit" in export.fit_samples(samples[:1], limit, words)[1].line()
 
-
-# ---------------------------------------------------------------------------- real tokens, as XTuner counts them
 
 XTUNER_PROBE = r"""
 import json, sys

@@ -1,7 +1,8 @@
-"""Strict JSON (issue 16, item 4): tree files are read by JavaScript, Go, Rust
-and Jackson parsers, which reject NaN/Infinity. An unvisited node's
-``puct_value`` is written as the reference wrote it (0), and every JSON/JSONL
-writer refuses a non-finite number instead of writing one."""
+"""Tree files: every node is written with exactly the reference's keys in
+order, as strict JSON that JavaScript, Go, Rust and Jackson parsers read (an
+unvisited node's puct_value is 0, as the reference wrote it, and no writer
+ever emits NaN or Infinity); a file loads back into exactly the nodes
+written, and a broken node is refused naming where it sits."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ import pytest
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, atomic_write_jsonl
 from agent_r.search import SearchSettings, collect_trees
-from agent_r.tree import Node, load_tree
+from agent_r.tree import Node, TreeFormatError, load_tree
 from tests.support import tree_fixtures as tf
 from tests.support.search_doubles import SeededTextCraftDouble
 
@@ -84,3 +85,45 @@ def test_node_round_trip_keeps_the_schema(tmp_path):
     atomic_write_json(tmp_path / "t.json", root.to_dict())
     data = strict_load(tmp_path / "t.json")
     assert data["children"][0]["puct_value"] == 0 and list(data) == list(root.to_dict())
+
+
+def odd_tree() -> Node:
+    """Every field away from its default, also below the first level."""
+    root = tf.make_root(task="Goal: craft 😀 stick.")
+    a = tf.add_step(root, "get 1 oak log", "Got 1 oak log")
+    tf.add_step(a, "craft 4 tnt using 1 oak log", "The task failed.", disaster=True)
+    tf.add_step(a, "craft 4 oak planks using 1 oak log", "Crafted 4 minecraft:oak_planks", score=0.75)
+    tf.backup(root)
+    a.recent_actions = ["(get 1 oak log, Got 1 oak log)"]          # SciWorld's string form
+    return root
+
+
+def test_a_tree_file_loads_into_the_nodes_written(tmp_path):
+    root = odd_tree()
+    path = tmp_path / "search_results_3.json"
+    atomic_write_json(path, root.to_dict(), indent=2)
+    back = load_tree(path)
+    assert back.to_dict() == root.to_dict()
+    for was, got in zip(root.iter_nodes(), back.iter_nodes()):
+        for key in ("visits", "value", "obs", "llm_response", "depth", "is_terminal", "recent_actions", "action",
+                    "env_score", "disaster", "state"):
+            assert getattr(got, key) == getattr(was, key), key
+        assert [c.parent for c in got.children] == [got] * len(got.children)
+    disaster = back.children[0].children[0]
+    assert disaster.disaster is True and disaster.llm_response.startswith("Thought:")
+
+
+@pytest.mark.parametrize("breakage,where", [
+    (lambda d: d["children"][0]["children"][1].pop("env_score"), "root.children[0].children[1]: node is missing"),
+    (lambda d: d["children"][0].__setitem__("visits", "many"), "root.children[0]: bad field value"),
+    (lambda d: d["children"][0].__setitem__("children", {}), "root.children[0]: 'children' must be a list"),
+    (lambda d: d["children"].append([]), "root.children[1]: expected a node object, got list"),
+])
+def test_a_broken_node_is_named_by_its_place(tmp_path, breakage, where):
+    data = odd_tree().to_dict()
+    breakage(data)
+    path = tmp_path / "search_results_3.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TreeFormatError) as err:
+        load_tree(path)
+    assert str(err.value).startswith(f"{path}: {where}")

@@ -1,5 +1,8 @@
-"""mcts_collection.py as a user runs it: a subprocess against the real local env
-servers, with the tiny real model or a seeded scripted double."""
+"""mcts_collection.py and its library entry point (search.collect_trees) as a
+user runs them: trees of the selected tasks under {output_dir}/{TASK}/{model},
+a manifest merged across runs, resume after a kill (a corrupt tree redone),
+exit 1 naming a failed task, exit 2 with one line for bad input or an
+unreachable server, and every env var in --help."""
 from __future__ import annotations
 
 import json
@@ -13,22 +16,15 @@ from pathlib import Path
 import pytest
 
 from agent_r import envs
+from agent_r.manifest import load_manifest, write_manifest
+from agent_r.search import SearchSettings, collect_trees
+from agent_r.settings import parse
 from agent_r.tree import NODE_KEYS, Node, leaf_paths, load_tree
-
-ROOT = Path(__file__).resolve().parents[1]
-DOUBLE = "python:tests.support.search_doubles:seeded_textcraft_backend"
-
-
-def collect(out: Path, server: str, *flags: str, env: dict | None = None, wait: bool = True):
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TASK": "textcraft", "LOGLEVEL": "WARNING", **(env or {})}
-    cmd = [sys.executable, str(ROOT / "mcts_collection.py"), "--env_server_base", server, "--output_dir", str(out), *flags]
-    if not wait:
-        return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300)
-
-
-def tree_files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.glob("search_results_*.json"))}
+from tests.support.doubles import ScriptedBackend
+from tests.support.env_fixtures import ROOT
+from tests.support.faults import files
+from tests.support.search_doubles import seeded_textcraft_policy
+from tests.support.search_runs import DOUBLE, SEARCH_ENV, collect, tree_files
 
 
 def check_tree(path: Path, max_depth: int, server: str) -> Node:
@@ -83,22 +79,6 @@ def test_end_to_end_with_tiny_model(tmp_path, textcraft_server, tiny_model_dir):
     again = collect(tmp_path, textcraft_server, "--backend", "hf", "--min", "1", "--max", "2", env=env)
     assert again.returncode == 0 and "0 done, 1 skipped" in again.stdout
     assert tree_files(folder) == before
-
-
-SEARCH_ENV = {"MAX_DEPTH": "3", "ITERA": "3", "N_GEN": "3"}
-
-
-def test_concurrency_gives_byte_identical_trees(tmp_path, textcraft_server):
-    flags = ["--backend", DOUBLE, "--model_name", "m", "--min", "0", "--max", "14", "--seed", "5"]
-    one = collect(tmp_path / "c1", textcraft_server, *flags, "--concurrency", "1", env=SEARCH_ENV)
-    eight = collect(tmp_path / "c8", textcraft_server, *flags, "--concurrency", "8", env=SEARCH_ENV)
-    assert one.returncode == 0 and eight.returncode == 0, one.stderr + eight.stderr
-    a, b = tree_files(tmp_path / "c1" / "textcraft" / "m"), tree_files(tmp_path / "c8" / "textcraft" / "m")
-    assert len(a) == 11 and a == b  # indices 0, 5, 10 are test tasks: never searched
-    m1 = json.loads((tmp_path / "c1" / "textcraft" / "m" / "manifest.json").read_text())
-    m8 = json.loads((tmp_path / "c8" / "textcraft" / "m" / "manifest.json").read_text())
-    assert m1["stats"]["backend"]["calls"] > 3 * m8["stats"]["backend"]["calls"]
-    assert m8["stats"]["mean_batch"] > 3
 
 
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, textcraft_server):
@@ -198,3 +178,70 @@ def test_sciworld_short_search(tmp_path, sciworld_server):
     assert all(isinstance(a, str) and a.startswith("(") for a in deepest.recent_actions)
     leaves = [p[-1] for p in leaf_paths(root)]
     assert root.value == pytest.approx(sum(leaf.env_score for leaf in leaves))
+
+
+EXPERT = "python:tests.support.tree_fixtures:expert_or_mistake_backend"   # solves tasks: trees with successes
+
+
+def test_collect_trees_resumes_and_records_its_run(tmp_path, textcraft_server):
+    """The library entry point of mcts_collection.py: trees of the selected
+    train tasks under {output_dir}/{TASK}/{model name} (the bundled model's
+    name when MODEL_NAME is unset), the instruction file reaching the prompt,
+    a manifest naming server, model and task count; a rerun searches nothing
+    and a deleted tree is redone alone."""
+    from agent_r.llm import BUNDLED_MODEL
+
+    instruction = tmp_path / "instruction.txt"
+    instruction.write_text("MY OWN INSTRUCTION: answer with Action: <action>.")
+    env = {"TASK": "textcraft", "ITERA": "3", "MAX_DEPTH": "3", "N_GEN": "2",
+           "AGENTENV_INSTRUCTION_FILE": str(instruction)}
+    flags = ["--env_server_base", textcraft_server, "--output_dir", str(tmp_path / "out"), "--min", "1", "--max", "4",
+             "--backend", EXPERT]
+    folder = tmp_path / "out" / "textcraft" / BUNDLED_MODEL.name
+    first = collect_trees(parse(SearchSettings, flags, env))         # the settings' own backend, made and closed
+    assert (first.done, first.skipped, first.failed) == (3, 0, [])
+    assert set(files(folder)) == {f"search_results_{i}.json" for i in (1, 2, 3)}
+    assert first.out_dir == str(folder) and first.leaves > 0 and first.env_steps > 0
+    root = json.loads((folder / "search_results_2.json").read_text())
+    assert root["state"][1]["content"] == instruction.read_text()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    config, items, stats = manifest["config"], manifest["items"], manifest["stats"]
+    assert (config["env_server_base"], config["model_name"], config["indices"]) == \
+        (textcraft_server, BUNDLED_MODEL.name, 3)
+    assert set(items) == {"1", "2", "3"} and manifest["finished"] and manifest["backend"]["backend"]
+    for key in ("leaves", "successful_leaves", "env_steps"):        # the summary adds up the trees
+        assert getattr(first, key) == stats[key] == sum(item[key] for item in items.values()), key
+    assert (stats["done"], stats["skipped"], stats["failed"]) == (3, 0, 0) and stats["backend"]["calls"] > 0
+    assert sum(item["successful_leaves"] > 0 for item in items.values()) >= 2   # sums over trees, not the last
+
+    idle = ScriptedBackend(seeded_textcraft_policy)
+    again = collect_trees(parse(SearchSettings, flags, env), backend=idle)
+    assert (again.done, again.skipped) == (0, 3) and idle.batches == []
+    (folder / "search_results_2.json").unlink()
+    redo = collect_trees(parse(SearchSettings, flags, env), backend=idle)
+    assert (redo.done, redo.skipped) == (1, 2) and set(files(folder)) == {f"search_results_{i}.json" for i in (1, 2, 3)}
+
+
+def test_manifest_records_run_and_merges_items_across_runs(tmp_path):
+    path = tmp_path / "manifest.json"
+    backend = ScriptedBackend(lambda m, i, s: "Action: inventory")
+    write_manifest(path, {"seed": 3, "task": "textcraft"}, backend, {"done": 1}, 1_700_000_000.0, None,
+                   {1: {"leaves": 2}, 10: {"leaves": 1}})
+    first = json.loads(path.read_text())
+    assert first["seed"] == 3 and first["backend"] == {"backend": "scripted"}
+    assert first["finished"] is None and first["started"].startswith("2023-11-14T22:13:20")
+    assert first["versions"]["python"] and "torch" in first["versions"]
+    write_manifest(path, {"seed": 3}, None, {"done": 1}, 1_700_000_100.0, 1_700_000_200.0,
+                   {2: {"leaves": 5}, 1: {"leaves": 3}})
+    second = load_manifest(path)
+    assert list(second["items"]) == ["1", "2", "10"]  # numeric order, earlier runs kept, newer wins
+    assert second["items"]["1"] == {"leaves": 3} and second["items"]["10"] == {"leaves": 1}
+    assert second["finished"] and second["backend"] is None
+
+
+def test_unreadable_manifest_is_replaced(tmp_path):
+    path = tmp_path / "manifest.json"
+    path.write_text("{not json")
+    assert load_manifest(path) == {}
+    write_manifest(path, {}, None, {}, 0.0, 1.0, {5: {}})
+    assert load_manifest(path)["items"] == {"5": {}}

@@ -1,21 +1,15 @@
-"""Summary arithmetic and the repeated-action (loop) statistic, on known data."""
+"""The summary of an eval run, recomputed from its result files: mean score
+x100 on the task's scale, success rate, mean steps, endings, and the loop
+statistic (repeated action blocks of period 1-5); --compare puts finished
+runs side by side and needs to know each run's task."""
 import json
 
 import pytest
 
-from agent_r import conversation as conv
-from agent_r import evaluation as ev
 from agent_r import report
-from agent_r.settings import UsageError
-from agent_r.llm import derive_seed
 from agent_r.envs import get_env
-
-
-def trajectory(actions: list[str]) -> list[dict]:
-    state = conv.initial_conversation("instr", "Goal: craft stick.")
-    for a in actions:
-        state = conv.append_turn(state, f"Thought: go.\nAction: {a}", "obs")
-    return state
+from agent_r.settings import UsageError
+from tests.support.eval_runs import trajectory
 
 
 def test_count_repeats_known_trajectory():
@@ -97,55 +91,3 @@ def test_compare_needs_a_known_task(tmp_path):
         report.compare([str(d)])
     with pytest.raises(UsageError, match="does not exist"):
         report.compare([str(tmp_path / "missing")], task="textcraft")
-
-
-def test_derive_seed_depends_only_on_seed_task_step():
-    a = derive_seed(0, "12", 3)
-    assert a == derive_seed(0, "12", 3)
-    assert len({a, derive_seed(1, "12", 3), derive_seed(0, "13", 3), derive_seed(0, "12", 4)}) == 4
-
-
-def test_revise_jobs_from_path_collection_rows(tmp_path):
-    low = trajectory(["get 1 a", "get 1 b"])
-    rows = [{"task_num": "7", "low_log": low, "high_log": []},
-            {"task_num": "7", "low_log": trajectory(["get 1 c"])},
-            {"task_num": 3, "messages": low}]
-    path = tmp_path / "rev.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    jobs = ev.load_revise_tasks(str(path))
-    assert [(j.idx, j.key) for j in jobs] == [(7, "7_0"), (7, "7_1"), (3, "3_0")]
-    assert [conv.parse_action(t) for t in jobs[0].prefix_turns] == ["get 1 a", "get 1 b"]
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"low_log": []}\n')
-    with pytest.raises(UsageError, match="line 1"):
-        ev.load_revise_tasks(str(bad))
-
-
-def test_settings_resolve_flag_over_env_over_default(tmp_path):
-    from agent_r.settings import manifest_config, parse
-
-    environ = {"TASK": "textcraft", "MODEL_NAME": "from-env", "MODEL_TYPE": "iter1", "TEMP": "0",
-               "MAX_TOKEN_LENGTH": "2048", "OPENAI_API_KEY": "sk-secret"}
-    s = parse(ev.EvalSettings, ["--model_name", "from-flag", "--limit", "3", "--output_dir", str(tmp_path)], environ)
-    assert (s.model_name, s.model_type, s.temperature, s.max_token_length, s.limit) == \
-        ("from-flag", "iter1", 0.0, 2048, 3)
-    assert (s.max_steps, s.concurrency, s.max_new_tokens, s.env_retries, s.env_retry_delay) == (100, 8, 500, 2, 1.0)
-    assert s.run_dir() == tmp_path / "textcraft" / "from-flag_iter1"
-    config = s.run_config()
-    assert config["backend"]["openai_api_key"] == "***" and config["model_name"] == "from-flag"
-    assert set(manifest_config(s)) <= set(config)
-
-    s = parse(ev.EvalSettings, ["--revise_from", "x.jsonl"], {"TASK": "textcraft", "MODEL_DIR": "/m/iter2/"})
-    assert s.run_dir().name == "iter2_eval_revise"
-    compare = parse(ev.EvalSettings, ["--compare", "a", "b"], {})   # no TASK needed to compare
-    assert compare.compare == ["a", "b"] and compare.task is None
-    with pytest.raises(UsageError, match="TASK is not set"):
-        parse(ev.EvalSettings, [], {})
-
-
-def test_eval_defaults_follow_the_reference():
-    """SPEC section 5: 100 steps per episode; the original eval truncates at 7000 tokens."""
-    from agent_r.settings import parse
-
-    s = parse(ev.EvalSettings, [], {"TASK": "textcraft"})
-    assert (s.max_steps, s.max_token_length, s.temperature) == (100, 7000, 1.0)

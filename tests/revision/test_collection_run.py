@@ -1,24 +1,27 @@
-"""path_collection.py end to end, as a user runs it (subprocesses), on tree
-files written from the hand-built fixtures: resume/idempotence, corrupt input,
-usage errors, and the verifier through ``--backend python:...`` with the
-``table_backend`` test double (a JSON policy table, not a model). The library
-run (``revision_data.collect``) and its settings are also tested in process,
-with a ``ScriptedBackend`` verifier (a test double) whose calls are counted."""
+"""path_collection.py as a user runs it (subprocesses) and its library run
+(revision_data.collect): rows in task order, a rerun byte-identical, the
+verifier through a --backend python:... double, good data without any model,
+unreadable trees listed with exit 1, bad input with exit 2 and one line, a
+manifest with every setting, the summary's first-bad-step histogram, and
+every setting in --help."""
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from agent_r import revision
 from agent_r.revision_data import PathSettings, collect
-from agent_r.settings import BackendSettings, UsageError, parse
+from agent_r.settings import BackendSettings
 from tests.support import tree_fixtures as tf
-from tests.support.doubles import ScriptedBackend
+from tests.support.env_fixtures import ROOT
+from tests.support.revision_cases import rows_of
 
-ROOT = Path(__file__).resolve().parents[1]
+
 CLEARED = ("TASK", "ALPHA", "BETA", "TEMP", "MODEL_DIR", "MODEL_NAME", "BACKEND", "MAX_TOKEN_LENGTH",
            "MAX_DEPTH", "ITERA", "N_GEN")
 
@@ -28,22 +31,6 @@ def run_script(*args, **env):
     base.update({k: str(v) for k, v in env.items()})
     return subprocess.run([sys.executable, str(ROOT / "path_collection.py"), *map(str, args)],
                           cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture
-def trees(tmp_path):
-    d = tmp_path / "mcts_result" / "textcraft" / "m"
-    tf.write_tree(tf.tree_split_at_root(), d, 3)
-    tf.write_tree(tf.tree_shared_prefix(), d, 12)
-    tf.write_tree(tf.tree_no_success(), d, 5)
-    tf.write_tree(tf.tree_disaster(), d, 1000)   # indices >= 1000 are reached too
-    tf.write_tree(tf.tree_many_leaves(), d, 40)
-    (d / "manifest.json").write_text(json.dumps({"config": {"ITERA": 8}}))  # not a tree: ignored
-    return d
-
-
-def rows_of(path):
-    return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
 def test_direct_revision_rerun_is_byte_identical(trees, tmp_path):
@@ -153,38 +140,6 @@ def test_empty_or_missing_input_dir(tmp_path):
     assert r.returncode == 2 and "does not exist: run mcts_collection.py first" in r.stderr
 
 
-# ------------------------------------------------------------------ in process: collect(settings)
-
-def scripted_verifier():
-    return ScriptedBackend(tf.verifier_policy({"get 1 diamond": "Bad"}))
-
-
-def test_collect_resumes_from_the_part_cache_without_model_calls(trees, tmp_path):
-    out = tmp_path / "data"
-    first_backend = scripted_verifier()
-    first = collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out)), first_backend)
-    assert first.exit_code == 0 and first.problem is None
-    assert first_backend.stats.calls == 1 and first.verifier_prompts_this_run == first_backend.stats.requests > 0
-    data = first.output.read_bytes()
-    assert first.output == out / "textcraft_centric.jsonl" and first.rows == len(rows_of(first.output)) > 0
-
-    # a setting that cannot change a row (the batch size) keeps every part valid
-    again_backend = scripted_verifier()
-    again = collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out), tree_batch=1),
-                    again_backend)
-    assert again_backend.stats.calls == 0 and again.verifier_prompts_this_run == 0
-    assert again.output.read_bytes() == data
-    assert "(0 this run)" in again.report() and "model calls" not in again.report()
-    same = lambda r: [x for i, x in enumerate(r.report().splitlines()) if i in (0, 1, 3)]  # noqa: E731
-    assert same(again) == same(first)                           # totals come from the parts
-
-    # a setting that decides rows redoes the trees
-    third_backend = scripted_verifier()
-    collect(PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(out), max_pairs_per_tree=1),
-            third_backend)
-    assert third_backend.stats.calls == 1
-
-
 def test_collect_writes_a_manifest_with_every_setting(trees, tmp_path):
     settings = PathSettings(task="textcraft", input_dir=str(trees), output_dir=str(tmp_path), revise=False)
     result = collect(settings)
@@ -203,33 +158,6 @@ def test_collect_reports_unreadable_trees_and_exit_code_1(trees, tmp_path):
     assert "search_results_9.json" in result.problem
 
 
-def test_settings_precedence_and_per_task_defaults():
-    env = {"TASK": "textcraft", "TEMP": "0.3", "MODEL_NAME": "my-model"}
-    assert parse(PathSettings, ["--verifier_temperature", "0.7"], env).verifier_temperature == 0.7
-    s = parse(PathSettings, [], env)
-    assert s.verifier_temperature == 0.3 and s.input_dir == str(Path("mcts_result") / "textcraft" / "my-model")
-    assert parse(PathSettings, [], {"TASK": "textcraft"}).verifier_temperature == 0.0
-    sci = parse(PathSettings, [], {"TASK": "SciWorld", "BETA": "10"})
-    assert (sci.task, sci.alpha, sci.beta) == ("sciworld", 50.0, 10.0)
-    cfg = parse(PathSettings, ["--revise", "0", "--data_type", "good"], {"TASK": "webshop"}).revision_config()
-    assert (cfg.alpha, cfg.beta, cfg.revise, cfg.data_type, cfg.max_token_length) == (0.5, 0.3, False, "good", 4096)
-
-
-@pytest.mark.parametrize("argv,env,needle", [
-    ([], {}, "TASK is not set"),
-    ([], {"TASK": "textcraft", "MAX_TOKEN_LENGTH": "99"}, "MAX_TOKEN_LENGTH=99 is too small"),
-    (["--data_type", "bad"], {"TASK": "textcraft"}, "--data_type='bad' is not one of centric, good"),
-    (["--revise", "2"], {"TASK": "textcraft"}, "--revise='2' is not 0 or 1"),
-    (["--max_pairs_per_tree", "-1"], {"TASK": "textcraft"}, "--max_pairs_per_tree=-1 is too small"),
-    (["--verifier_temperature", "-1"], {"TASK": "textcraft"}, "--verifier_temperature=-1.0 is too small"),
-    (["--tree_batch", "0"], {"TASK": "textcraft"}, "--tree_batch=0 is too small"),
-])
-def test_settings_errors_are_one_line(argv, env, needle):
-    with pytest.raises(UsageError) as info:
-        parse(PathSettings, argv, env)
-    assert needle in str(info.value) and "\n" not in str(info.value)
-
-
 def test_help_lists_every_setting():
     r = run_script("--help")
     assert r.returncode == 0
@@ -241,3 +169,11 @@ def test_help_lists_every_setting():
             names = ([f"--{f.name}"] if flag is True else [flag] if flag else []) + [f.metadata["env"] or ""]
             assert any(n and n in r.stdout for n in names), f"{f.name} missing from --help"
     assert "export" in r.stdout
+
+
+def test_first_bad_histogram_orders_positions_numerically():
+    from collections import Counter
+
+    assert revision.histogram(Counter({"10": 1, "2": 3, "none": 2, "1": 4})) == "1:4 2:3 10:1 none:2"
+    assert revision.histogram(Counter({"3": 1})) == "3:1"
+    assert revision.histogram(Counter()) == "-"

@@ -7,8 +7,7 @@ condition in the page, never on the clock. A screenshot of each page is saved
 under the test's tmp_path.
 
 Without Chromium (`make setup-browser` installs it) these tests skip, saying
-why; under CI (CI=true), where `make test` installs it, they fail instead.
-"""
+why; under CI (CI=true), where `make test` installs it, they fail instead."""
 from __future__ import annotations
 
 import json
@@ -25,10 +24,11 @@ from agent_r.tree import Node, leaf_paths, load_tree
 from tests.support import tree_fixtures as tf
 from tests.support.browser import chromium, missing, open_page
 from tests.support.doubles import ScriptedBackend
+from tests.support.env_fixtures import ROOT
 from tests.support.viewer_fixtures import (FAILED_LEAVES, HOSTILE_OBS, IDS, SUCCESS_LEAVES, expected_pair,
                                            write_viewer_run)
 
-ROOT = Path(__file__).resolve().parents[1]
+
 TIMEOUT = 30
 
 

@@ -1,9 +1,11 @@
-"""The MCTS library against the real local TextCraft server: a scripted policy
-whose tree is computed by hand, selection/backprop rules, batching across trees,
-concurrency independence and failure isolation."""
+"""What an expansion adds to a tree, against the real local env servers: one
+request of N_GEN samples from the node's conversation (truncated for the
+model only, sampled at TEMP), duplicates dropped before any env work, each
+child stepped from the node's state with its score, history and messages; a
+disaster (negative reward) is a terminal child scored 0, a child beyond
+MAX_DEPTH is terminal, and terminal children are backed up at once."""
 from __future__ import annotations
 
-import json
 import math
 import re
 
@@ -11,27 +13,12 @@ import pytest
 
 from agent_r import envs
 from agent_r.conversation import initial_conversation
-from agent_r.mcts import backpropagate, request_seed, select_child, selection_rng
-from agent_r.search import SearchSettings, search_trees
-from agent_r.tree import Node
+from agent_r.mcts import request_seed, selection_rng
+from agent_r.search import SearchSettings, collect_trees, search_trees
+from agent_r.settings import parse
 from tests.support.doubles import ScriptedBackend
-from tests.support.search_doubles import SeededTextCraftDouble
-
-TEXTCRAFT = envs.get_env("textcraft")
-C = 0.25
-
-
-def run(indices, server, backend, concurrency=1, made=None, **cfg):
-    results = []
-    made = [] if made is None else made
-
-    def make_client():
-        made.append(TEXTCRAFT.make_client(server))
-        return made[-1]
-
-    driver = search_trees(indices, TEXTCRAFT, make_client, backend,
-                          SearchSettings(concurrency=concurrency, **cfg), on_tree=results.append)
-    return {r.job.idx: r for r in results}, driver, made
+from tests.support.search_doubles import seeded_textcraft_policy
+from tests.support.search_runs import C, TEXTCRAFT, run
 
 
 def solution_for(observation: str) -> tuple[str, str]:
@@ -115,48 +102,6 @@ def test_scripted_tree_matches_hand_computation(textcraft_server):
     assert len(made) == 1 and made[0]._closed
 
 
-def _node(visits, value, terminal=False):
-    return Node(visits=visits, value=value, is_terminal=terminal)
-
-
-def test_selection_rule():
-    rng = selection_rng(3, 5)
-    parent = Node(visits=10, value=3.0)
-    kids = [parent.add_child(_node(4, 3.0)), parent.add_child(_node(2, 0.0)), parent.add_child(_node(1, 1.0, True))]
-    # UCT: 0.75 + .25*sqrt(ln10/4) = 0.94 vs 0 + .25*sqrt(ln10/2) = 0.27; the terminal child is never picked.
-    assert select_child(parent, C, rng) is kids[0]
-    unvisited = parent.add_child(_node(0, 0.0))
-    assert select_child(parent, C, rng) is unvisited
-    # ties among unvisited children: uniformly at random from the tree's seeded generator
-    parent2 = Node(visits=1)
-    twins = [parent2.add_child(_node(0, 0.0)) for _ in range(4)]
-    assert select_child(parent2, C, selection_rng(3, 5)) is twins[selection_rng(3, 5).choice(range(4))]
-    # no non-terminal child: the node becomes terminal and selection ends
-    dead = Node(visits=2)
-    dead.add_child(_node(1, 0.0, True))
-    dead.add_child(_node(1, 1.0, True))
-    assert select_child(dead, C, rng) is None and dead.is_terminal
-
-
-def test_backpropagate_marks_terminal_only_when_all_children_are():
-    root = Node()
-    mid = root.add_child(Node(depth=1))
-    other = root.add_child(Node(depth=1))
-    leaf1 = mid.add_child(Node(depth=2, is_terminal=True, env_score=1.0))
-    mid.add_child(Node(depth=2, is_terminal=False))
-    backpropagate(leaf1)
-    assert (root.visits, root.value, mid.visits, mid.value) == (1, 1.0, 1, 1.0)
-    assert not mid.is_terminal and not root.is_terminal
-    mid.children[1].is_terminal = True
-    mid.children[1].env_score = 0.5
-    backpropagate(mid.children[1])
-    assert mid.is_terminal and not root.is_terminal and root.value == 1.5 and root.visits == 2
-    other.is_terminal = True
-    leaf3 = other.add_child(Node(depth=2, is_terminal=True))
-    backpropagate(leaf3)
-    assert root.is_terminal
-
-
 def test_disaster_is_terminal_with_score_zero(sciworld_server):
     """The real ScienceWorld server fails game 0 (boil water) on a wrong
     focus with reward -100: a disaster, terminal, score 0."""
@@ -183,42 +128,6 @@ def test_disaster_is_terminal_with_score_zero(sciworld_server):
     assert made and all(c._closed for c in made)
 
 
-def test_trees_do_not_depend_on_concurrency_and_expansions_are_batched(textcraft_server):
-    indices = [1, 2, 3, 4, 6, 7, 8, 9]
-    cfg = dict(max_depth=3, iterations=3, n_gen=3, seed=7)
-    serial_backend, batched_backend = SeededTextCraftDouble(), SeededTextCraftDouble()
-    serial, d1, _ = run(indices, textcraft_server, serial_backend, concurrency=1, **cfg)
-    batched, d8, made = run(indices, textcraft_server, batched_backend, concurrency=8, **cfg)
-    for i in indices:
-        assert json.dumps(serial[i].result.to_dict()) == json.dumps(batched[i].result.to_dict())
-    assert max(d1.batch_sizes) == 1 and max(d8.batch_sizes) == 8
-    assert d1.requests == d8.requests == sum(r.job.stats.expansions for r in serial.values())
-    assert d8.model_calls < d1.model_calls / 3
-    assert batched_backend.stats.calls == d8.model_calls
-    assert all(all(req.n == 3 for req in b.requests) for b in batched_backend.batches)
-    assert len(made) == len(indices) and all(c._closed for c in made)
-    assert sum(r.job.stats.successful_leaves for r in serial.values()) > 0  # the double does solve some
-
-
-def test_failed_tree_is_reported_and_others_finish(textcraft_server):
-    results, driver, made = run([1, -1, 3], textcraft_server, SeededTextCraftDouble(), concurrency=3,
-                                max_depth=1, iterations=1, n_gen=2)
-    assert results[-1].result is None and "data_idx" in str(results[-1].error)
-    assert results[1].error is None and results[3].error is None
-    assert all(c._closed for c in made)
-
-
-def test_backend_failure_closes_every_client(textcraft_server):
-    def policy(messages, i, seed):
-        raise RuntimeError("model crashed")
-
-    made = []
-    with pytest.raises(RuntimeError, match="model crashed"):
-        run([1, 2, 3], textcraft_server, ScriptedBackend(policy), concurrency=3, made=made,
-            max_depth=1, iterations=1, n_gen=1)
-    assert len(made) == 3 and all(c._closed for c in made)
-
-
 def test_truncation_applies_to_the_model_prompt_only(textcraft_server):
     seen = []
 
@@ -238,3 +147,13 @@ def test_truncation_applies_to_the_model_prompt_only(textcraft_server):
     assert len(deepest.state) == 4 + 2 * deepest.depth  # stored state keeps every turn
     assert max(seen) < len(deepest.state) and min(seen) == 4
     assert all(n % 2 == 0 for n in seen)  # pairs dropped, roles stay aligned
+
+
+def test_temp_reaches_the_sampler_in_search(tmp_path, textcraft_server):
+    settings = parse(SearchSettings, ["--env_server_base", textcraft_server, "--output_dir", str(tmp_path),
+                                      "--model_name", "m", "--min", "1", "--max", "3"],
+                     {"TASK": "textcraft", "TEMP": "0.35", "ITERA": "2", "MAX_DEPTH": "2", "N_GEN": "2"})
+    backend = ScriptedBackend(seeded_textcraft_policy)
+    summary = collect_trees(settings, backend=backend)
+    assert summary.done == 2 and backend.batches
+    assert {b.sampling.temperature for b in backend.batches} == {0.35}

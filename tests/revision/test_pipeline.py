@@ -11,9 +11,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.env_fixtures import ROOT
+
+
 CLEARED = ("TASK", "ALPHA", "BETA", "TEMP", "MODEL_DIR", "MODEL_NAME", "BACKEND", "MAX_TOKEN_LENGTH",
            "MAX_DEPTH", "ITERA", "N_GEN")
 

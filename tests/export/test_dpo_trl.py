@@ -1,7 +1,7 @@
-"""DPO pairs TRL can score (issue 16, item 7), checked with TRL itself: the
-``--layout trl`` export loads in DPOTrainer, and the tokens its loss puts the
-preference on (the collator's completion mask) are the two assistant turns
-where the paths part, never an observation."""
+"""DPO pairs TRL can score, checked with TRL itself: the ``--layout trl``
+export loads in DPOTrainer, and the tokens its loss puts the preference on
+(the collator's completion mask) are the two assistant turns where the paths
+part, never an observation."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,8 @@ import pytest
 from agent_r import export
 from agent_r.llm import BUNDLED_MODEL
 from tests.support import tree_fixtures as tf
-from tests.test_export import revision_rows
+from tests.support.export_rows import revision_rows
+
 
 trl = pytest.importorskip("trl", reason="TRL is in requirements.txt: pip install -r requirements.txt")
 

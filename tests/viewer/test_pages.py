@@ -1,7 +1,8 @@
 """The tree viewer's pages without a browser (agent_r/view.py): the embedded
-data, its escaping, revision rows matched to nodes, the folder index, bad
-input; and ``eval.py --compare --plot`` (agent_r/plots.py). The pages in a real
-browser: tests/test_viewer_browser.py."""
+data (every node, its kind by the task's score scale), its escaping,
+revision rows matched to their nodes (rows of other trees left out, foreign
+paths counted), the folder index with a broken file listed, and one-line
+errors for bad input. The pages in a real browser: tests/viewer/test_browser.py."""
 import json
 import os
 import re
@@ -11,16 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import eval as eval_script
 from agent_r import view
-from agent_r.settings import UsageError, parse
-from agent_r.evaluation import EvalSettings
 from agent_r.tree import load_tree
 from tests.support import tree_fixtures as tf
+from tests.support.env_fixtures import ROOT
 from tests.support.viewer_fixtures import (FAILED_LEAVES, HOSTILE_ACTION, HOSTILE_OBS, IDS, SUCCESS_LEAVES,
                                            expected_pair, viewer_tree, write_viewer_run)
 
-ROOT = Path(__file__).resolve().parents[1]
+
 DATA = re.compile(r'<script type="application/json" id="tree-data">(.*?)</script>', re.S)
 
 
@@ -160,72 +159,3 @@ def test_bad_input_is_one_line_without_traceback(tmp_path, case):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in res.stderr
     assert not (tmp_path / "x.html").exists()
-
-
-# --------------------------------------------------------------------------- eval.py --compare --plot
-
-def eval_run(folder: Path, scores: list[float], actions: list[list[str]]) -> str:
-    folder.mkdir(parents=True)
-    for i, (score, acts) in enumerate(zip(scores, actions)):
-        state = tf.make_root().state
-        for a in acts:
-            state = state + [{"role": "assistant", "content": f"Thought: go.\nAction: {a}"},
-                             {"role": "user", "content": "obs"}]
-        (folder / f"search_results_{i}.json").write_text(json.dumps(
-            {"task_id": i, "env_score": score, "step_num": len(acts), "state": state, "success": score >= 1}))
-    return str(folder)
-
-
-def test_compare_plot_writes_a_png_of_the_runs(tmp_path, capsys):
-    base = eval_run(tmp_path / "textcraft" / "iter0", [0.0, 0.0, 1.0, 0.0],
-                    [["a", "a", "a"], ["b", "c", "b", "c"], ["x"], ["y"]])
-    new = eval_run(tmp_path / "textcraft" / "iter1", [1.0, 1.0, 0.0, 1.0], [["a"], ["b"], ["c", "c"], ["d"]])
-    png = tmp_path / "plots" / "compare.png"
-    assert eval_script.main(["--compare", base, new, "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "iter0" in out and f"plot: {png}" in out
-    data = png.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    from PIL import Image
-    with Image.open(png) as image:
-        assert image.size[0] > 800
-        numbers = json.loads(image.text["Description"])
-    assert numbers["iter0"]["success_pct"] == 25.0 and numbers["iter1"]["success_pct"] == 75.0
-    assert numbers["iter0"]["loop_pct"]["1"] == 25.0 and numbers["iter0"]["loop_pct"]["2"] == 25.0
-    assert numbers["iter1"]["loop_pct"]["1"] == 25.0 and numbers["iter1"]["score_x100"] == 75.0
-    assert not list(png.parent.glob(".*tmp*"))
-
-
-def test_compare_figure_draws_the_numbers():
-    from agent_r import plots
-
-    numbers = {"a": {"success_pct": 20.0, "score_x100": 30.0, "tasks": 5, "loop_pct": {str(k): k for k in range(1, 6)}},
-               "b": {"success_pct": 60.0, "score_x100": 65.0, "tasks": 5, "loop_pct": {str(k): 0 for k in range(1, 6)}}}
-    fig = plots.compare_figure(numbers)
-    left, right = fig.axes
-    assert [round(p.get_height(), 6) for p in left.patches] == [20.0, 30.0, 60.0, 65.0]
-    assert [p.get_height() for p in right.patches] == [1, 2, 3, 4, 5, 0, 0, 0, 0, 0]
-
-
-def test_plot_needs_compare():
-    with pytest.raises(UsageError, match="--plot"):
-        parse(EvalSettings, ["--plot", "x.png"], {"TASK": "textcraft"})
-
-
-def test_iterate_results_png_comes_from_the_same_helper(tmp_path):
-    from types import SimpleNamespace
-
-    from PIL import Image
-
-    from agent_r import iterate
-
-    s = SimpleNamespace(tasks=["textcraft", "sciworld"], variant_list=["agent-r", "direct"], iterations=1)
-    test = lambda a, b: {"textcraft": {"success_pct": a}, "sciworld": {"success_pct": b}}  # noqa: E731
-    rows = [{"iteration": 0, "variant": "base", "test": test(10.0, 20.0)},
-            {"iteration": 1, "variant": "agent-r", "test": test(30.0, 50.0)},
-            {"iteration": 1, "variant": "direct", "test": test(20.0, 20.0)}]
-    iterate.write_plot(s, rows, tmp_path / "results.png")
-    with Image.open(tmp_path / "results.png") as image:
-        panels = json.loads(image.text["Description"])
-    assert panels["textcraft"]["agent-r"] == [[0, 10.0], [1, 30.0]]
-    assert panels["average"]["direct"] == [[0, 15.0], [1, 20.0]] and set(panels) == {"textcraft", "sciworld", "average"}
