@@ -1,6 +1,7 @@
 """`path_collection.py export` as a user runs it: XTuner and DPO files from
-JSONL rows, one-line exit 2 for bad input or settings (no output written),
-and write_export in process."""
+JSONL rows, --good_ratio good samples per revision sample (-1 all, and all
+when there is no revision row), one-line exit 2 for bad input or settings
+(no output written), and write_export in process."""
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 from agent_r import export
 from tests.support import tree_fixtures as tf
 from tests.support.env_fixtures import ROOT
-from tests.support.export_rows import assert_xtuner_sample_ok, good_rows, revision_rows, write_jsonl
+from tests.support.export_rows import assert_xtuner_sample_ok, good_rows, revision_rows, rows, write_jsonl
 
 
 def run_export(*args):
@@ -66,3 +67,22 @@ def test_write_export_in_process(tmp_path):
     settings = export.ExportSettings(format="dpo", input=[str(cen)], output=str(tmp_path / "d.json"), layout="trl")
     assert export.write_export(settings) == f"wrote 1 preference pairs (trl layout) from 1 revision rows to {settings.output}"
     assert set(json.loads((tmp_path / "d.json").read_text())[0]) == {"prompt", "chosen", "rejected"}
+
+
+@pytest.mark.parametrize("flags,revisions,good", [
+    ([], 4, 4), (["--good_ratio", "0.5"], 4, 2), (["--good_ratio", "2"], 4, 8), (["--good_ratio", "0"], 4, 0),
+    (["--good_ratio", "-1"], 4, 10), (["--good_ratio", "5"], 4, 10), (["--good_ratio", "0.5"], 0, 10),
+])
+def test_good_ratio_sets_the_good_samples_per_revision_sample(tmp_path, flags, revisions, good):
+    """4 revision rows and 10 good rows: --good_ratio R adds round(R x 4)
+    good samples (default 1; at most the 10 there are), -1 adds all, and
+    without revision rows every good row is a sample."""
+    rev, goods = rows(revisions, 10)
+    inputs = [write_jsonl(tmp_path / "good.jsonl", goods)]
+    if rev:
+        inputs.insert(0, write_jsonl(tmp_path / "centric.jsonl", rev))
+    r = run_export("--format", "xtuner", "--input", *inputs, "--output", tmp_path / "train.json", *flags)
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {revisions + good} samples ({revisions} revision + {good} good)" in r.stdout
+    last = [s["messages"][-1]["content"] for s in json.loads((tmp_path / "train.json").read_text())]
+    assert sum(c.startswith("g") for c in last) == good and sum(c.startswith("r") for c in last) == revisions
