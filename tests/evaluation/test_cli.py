@@ -114,7 +114,7 @@ def test_settings_resolve_flag_over_env_over_default(tmp_path):
 
 
 def test_eval_defaults_follow_the_reference():
-    """SPEC section 5: 100 steps per episode; the original eval truncates at 7000 tokens."""
+    """The reference's defaults: 100 steps per episode, prompts truncated at 7000 tokens, TEMP 1.0."""
     from agent_r.settings import parse
 
     s = parse(ev.EvalSettings, [], {"TASK": "textcraft"})
