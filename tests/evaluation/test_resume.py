@@ -201,3 +201,27 @@ def test_an_episode_that_fails_for_good_exits_1_and_is_retried(tmp_path, textcra
     assert again.returncode == 1 and "1 of 1 episodes failed" in again.stdout
     assert (run_dir / "search_results_0.json").stat().st_mtime_ns == stamp
     assert json.loads((run_dir / "summary.json").read_text())["backend_stats"]["requests"] == 0
+
+
+def test_the_model_loads_only_when_an_episode_remains_and_after_the_server_answers(tmp_path, textcraft_server):
+    """The backend here cannot load (its policy table is missing). A rerun
+    whose results are all complete never makes it and exits 0; an unreachable
+    server is reported before any model is made; with work left the model's
+    own error is the run's one line."""
+    from tests.support.env_fixtures import free_port
+
+    table = tmp_path / "policy.json"
+    table.write_text(json.dumps({"default": ["Action: inventory"]}))
+    args = ["--backend", "python:tests.support.doubles:table_backend", "--max_steps", "1",
+            "--output_dir", str(tmp_path / "out")]
+    env = {"TASK": "textcraft", "MODEL_DIR": str(table), "MODEL_NAME": "t"}
+    first = run_eval(["--env_server_base", textcraft_server, "--limit", "2", *args], env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    broken = {**env, "MODEL_DIR": str(tmp_path / "missing.json")}
+    done = run_eval(["--env_server_base", textcraft_server, "--limit", "2", *args], env=broken)
+    assert done.returncode == 0, done.stderr[-3000:]
+    unreachable = run_eval(["--env_server_base", f"http://127.0.0.1:{free_port()}", "--limit", "3", *args], env=broken)
+    lines = [line for line in unreachable.stderr.splitlines() if line.strip()]
+    assert unreachable.returncode == 2 and len(lines) == 1 and "127.0.0.1" in lines[0] and "policy" not in lines[0]
+    more = run_eval(["--env_server_base", textcraft_server, "--limit", "3", *args], env=broken)
+    assert more.returncode == 2 and more.stderr.strip().splitlines()[-1].startswith("error: policy table")

@@ -97,3 +97,23 @@ def test_a_setting_that_cannot_change_a_row_keeps_every_part(trees, tmp_path):
     assert tagged(out) == [True] * 5
     assert backend.stats.calls == 0 and again.verifier_prompts_this_run == 0
     assert again.output.read_bytes() == first.output.read_bytes()
+
+
+def test_the_verifier_loads_only_when_a_tree_needs_judging(trees, tmp_path):
+    """path_collection.py whose verifier cannot load on the rerun (its policy
+    table is deleted after the first run, the settings unchanged): a rerun
+    whose parts are all valid never makes it and exits 0; a changed tree
+    needs judging, and the verifier's error is the run's one line."""
+    from tests.support.faults import run_script
+
+    table = tmp_path / "verifier.json"
+    table.write_text(json.dumps({"default": ["Fine.\nJudgment: Good"]}))
+    args = ["--input_dir", trees, "--output_dir", tmp_path / "data", "--backend", "python:tests.support.doubles:table_backend"]
+    env = {"TASK": "textcraft", "MODEL_DIR": table}
+    assert run_script("path_collection.py", *args, env=env).returncode == 0
+    table.unlink()
+    again = run_script("path_collection.py", *args, env=env)
+    assert again.returncode == 0 and "(0 this run)" in again.stdout
+    tf.write_tree(tf.tree_split_at_root(task=tf.TASK + " Changed."), trees, 3)
+    changed = run_script("path_collection.py", *args, env=env)
+    assert changed.returncode == 2 and changed.stderr.strip().splitlines()[-1].startswith("error: policy table")

@@ -245,3 +245,18 @@ def test_unreadable_manifest_is_replaced(tmp_path):
     assert load_manifest(path) == {}
     write_manifest(path, {}, None, {}, 0.0, 1.0, {5: {}})
     assert load_manifest(path)["items"] == {"5": {}}
+
+
+def test_the_model_loads_only_when_a_tree_remains(tmp_path, textcraft_server):
+    """A rerun whose trees are all on disk never makes its backend (here one
+    that cannot load: its policy table is missing) and exits 0; one tree more
+    and the same backend is made, and its error is the run's one line."""
+    flags = ["--model_name", "m", "--min", "1", "--max"]
+    assert collect(tmp_path, textcraft_server, "--backend", DOUBLE, *flags, "3", env=SEARCH_ENV).returncode == 0
+    broken = {**SEARCH_ENV, "MODEL_DIR": str(tmp_path / "missing.json")}
+    table = "python:tests.support.doubles:table_backend"
+    done = collect(tmp_path, textcraft_server, "--backend", table, *flags, "3", env=broken)
+    assert done.returncode == 0 and "0 done, 2 skipped" in done.stdout
+    more = collect(tmp_path, textcraft_server, "--backend", table, *flags, "4", env=broken)
+    assert more.returncode == 2 and more.stderr.strip().splitlines()[-1].startswith("error: policy table")
+    assert sorted(tree_files(tmp_path / "textcraft" / "m")) == ["search_results_1.json", "search_results_2.json"]
