@@ -114,7 +114,7 @@ def test_greedy_search_trees_match_hf(vllm_backend, hf_backend, textcraft_server
     b = search_settings(textcraft_server, str(tmp_path / "hf"), backend=HF)
     collect_trees(a, backend=vllm_backend)
     collect_trees(b, backend=hf_backend)
-    by_vllm, by_hf = trees(a.out_dir()), trees(b.out_dir())
+    by_vllm, by_hf = trees(paths.tree_dir(a)), trees(paths.tree_dir(b))
     assert by_vllm and by_vllm == by_hf
 
 

@@ -2,7 +2,8 @@
 complete result file (a torn one is redone, finished ones untouched) and
 reports what an uninterrupted run reports; env errors restart an episode on
 a fresh client, and one that keeps failing is recorded (ended_by "error",
-exit 1) and retried by the next run."""
+exit 1) and retried by the next run. The model is made only when an episode
+remains, and only after the env server answered."""
 import json
 import signal
 import time

@@ -1,7 +1,8 @@
 """The per-tree part cache of path_collection.py: a rerun reuses every part
 made from the same tree and the settings that decide its rows, with no model
 call; a setting that cannot change a row (the tree batch) keeps every part,
-and one that can (ALPHA, BETA, revise, the pair cap) redoes the trees."""
+and one that can (ALPHA, BETA, revise, the pair cap) redoes the trees. The
+verifier model is made only when some tree needs judging."""
 import dataclasses
 import json
 import shutil

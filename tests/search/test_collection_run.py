@@ -1,7 +1,7 @@
 """mcts_collection.py and its library entry point (search.collect_trees) as a
 user runs them: trees of the selected tasks under {output_dir}/{TASK}/{model},
 a manifest merged across runs, resume after a kill (a corrupt tree redone),
-exit 1 naming a failed task, exit 2 with one line for bad input or an
+the model made only when a tree remains, exit 1 naming a failed task, exit 2 with one line for bad input or an
 unreachable server, and every env var in --help."""
 from __future__ import annotations
 
