@@ -69,7 +69,7 @@ $(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
 check-install-sets: setup
 	$(PY) -m pytest -q tests/test_install_sets.py
 
-# A real headless browser for the tree viewer's tests (tests/test_viewer_browser.py):
+# A real headless browser for the tree viewer's tests (tests/viewer/test_browser.py):
 # Debian's chromium and chromium-driver, installed only when /usr/bin/chromium or
 # /usr/bin/chromedriver is missing (selenium itself is in requirements.txt). Where
 # that cannot be done (no apt-get, neither root nor password-less sudo) it says so

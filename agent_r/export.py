@@ -85,7 +85,7 @@ def xtuner_samples(revisions: list[dict], goods: list[dict], good_ratio: float, 
 # tokens the way XTuner encodes them and fits long samples itself.
 
 # XTuner's llama3_chat (xtuner.utils.PROMPT_TEMPLATE.llama3_chat), the template
-# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/test_export_length.py
+# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/export/test_length.py
 # checks this copy and the counts against XTuner's own code.
 XTUNER_TEMPLATE = {
     "SYSTEM": "<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>",

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent_r import view  # noqa: E402
+from agent_r import paths, view  # noqa: E402
 from agent_r.conversation import append_turn, initial_conversation  # noqa: E402
 from agent_r.io import atomic_write_json  # noqa: E402
 from agent_r.tree import Node  # noqa: E402
@@ -114,7 +114,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, chromium() as driver:
         trees = [Path(t) for t in args.tree]
         for n in ([] if trees else args.nodes):
-            trees.append(Path(tmp) / f"search_results_{n}.json")
+            trees.append(paths.tree_file(tmp, n))
             atomic_write_json(trees[-1], synthetic_tree(n, args.obs_bytes).to_dict(), indent=None)
         for i, tree in enumerate(trees):
             results.append(measure(driver, tree, Path(tmp) / f"page_{i}.html"))

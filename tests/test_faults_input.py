@@ -59,7 +59,7 @@ def test_split_file_in_the_wrong_format(tmp_path, script, content, needle):
 
 def test_tree_with_unknown_keys_is_read_like_the_plain_tree(tmp_path):
     """Extra keys (a tool added a field) are ignored on read: the same rows as
-    the plain tree. Missing keys and corrupt JSON: tests/test_path_collection.py."""
+    the plain tree. Missing keys and corrupt JSON: tests/revision/test_collection_run.py."""
     plain, extra = tmp_path / "plain", tmp_path / "extra"
     path = tf.write_tree(tf.tree_many_leaves(), plain, 4)
     data = json.loads(path.read_text())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 
-from agent_r import export, revision
+from agent_r import export, revision, verifier
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_text
 from agent_r.llm import Backend, RequestFailed
@@ -16,8 +16,8 @@ from tests.support.tree_fixtures import add_step, backup, make_root
 
 
 def test_verdict_counts_the_unparseable_replies():
-    verdict = revision.make_verdict([revision.GOOD, None, None, revision.BAD], ["a", "?", "?", "b"])
-    assert verdict.unparseable == 2 and verdict.labels[1] == revision.UNCERTAIN and verdict.first_bad == 4
+    verdict = verifier.make_verdict([verifier.GOOD, None, None, verifier.BAD], ["a", "?", "?", "b"])
+    assert verdict.unparseable == 2 and verdict.labels[1] == verifier.UNCERTAIN and verdict.first_bad == 4
 
 
 def test_one_pair_per_tree_keeps_exactly_one():
@@ -53,15 +53,15 @@ def test_a_verifier_prompt_that_fails_alone_reads_as_unparseable():
                     "Crafted", score=0.0)
     backup(root)
     cfg = PathSettings(task="textcraft").revision_config()
-    (verdict,), counts = revision.verify_paths(FailsOnePrompt(), cfg, [("Goal: craft stick.", [leaf.parent, leaf], 0)])
-    assert verdict.labels == [revision.GOOD, revision.UNCERTAIN] and verdict.replies[1] == ""
+    (verdict,), counts = verifier.verify_paths(FailsOnePrompt(), cfg, [("Goal: craft stick.", [leaf.parent, leaf], 0)])
+    assert verdict.labels == [verifier.GOOD, verifier.UNCERTAIN] and verdict.replies[1] == ""
     assert counts == [(2, 1)]
 
 
 def test_the_verifier_prompt_is_the_one_the_bundled_model_learned():
     """models/textcraft-tiny was trained on these exact words: a rewording
     costs it its judgements (retrain it with scripts/make_verifier_data.py)."""
-    messages = revision.verifier_messages("Goal: craft stick.", [], "get 1 oak log", "Got 1 oak log", 1)
+    messages = verifier.verifier_messages("Goal: craft stick.", [], "get 1 oak log", "Got 1 oak log", 1)
     assert messages[0] == {"role": "system", "content": "You are a careful reviewer of agent trajectories."}
     assert messages[1]["content"].startswith(
         "You are checking the work of an agent that acts in a text environment to complete a task.\n\n")

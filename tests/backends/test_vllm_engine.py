@@ -25,7 +25,7 @@ pytest.importorskip("vllm", reason="vllm is not installed in this venv: `make se
 from agent_r import evaluation as ev  # noqa: E402
 from agent_r.llm import (BUNDLED_MODEL, GenerationRequest, HFBackend, PromptTooLong, SamplingConfig,  # noqa: E402
                          VLLMBackend, make_backend)
-from agent_r.report import RESULT_PREFIX  # noqa: E402
+from agent_r import paths  # noqa: E402
 from agent_r.revision_data import PathSettings, collect  # noqa: E402
 from agent_r.search import SearchSettings, collect_trees  # noqa: E402
 from agent_r.settings import BackendSettings  # noqa: E402
@@ -121,7 +121,7 @@ def test_greedy_search_trees_match_hf(vllm_backend, hf_backend, textcraft_server
     b = search_settings(textcraft_server, str(tmp_path / "hf"), backend=HF)
     collect_trees(a, backend=vllm_backend)
     collect_trees(b, backend=hf_backend)
-    by_vllm, by_hf = trees(a.out_dir()), trees(b.out_dir())
+    by_vllm, by_hf = trees(paths.tree_dir(a)), trees(paths.tree_dir(b))
     assert by_vllm and by_vllm == by_hf
 
 
@@ -144,7 +144,7 @@ def test_greedy_eval_episodes_match_hf(vllm_backend, hf_backend, textcraft_serve
                               env_server_base=textcraft_server, output_dir=str(tmp_path / name), backend=settings)
         done = ev.evaluate(cfg, backend)
         assert done.failed == 0 and done.ran == 10
-        runs[name] = {p.name: json.loads(p.read_text()) for p in sorted(cfg.run_dir().glob(f"{RESULT_PREFIX}*.json"))}
+        runs[name] = {p.name: json.loads(p.read_text()) for p in paths.result_files(paths.eval_dir(cfg))}
     assert len(runs["vllm"]) == 10
     for name, result in runs["vllm"].items():
         other = runs["hf"][name]

@@ -96,21 +96,21 @@ def test_verifier_examples_are_path_collections_prompt_with_computed_labels():
     """The bundled model learns to judge on exactly the prompt path_collection
     sends (same builder, same budget), and its labels follow the game: a needed
     item Good, a rejected action or an unused item Bad, inventory Uncertain."""
-    from agent_r import revision
+    from agent_r import verifier
     from scripts.make_verifier_data import TokenCounter, example, ground_truth, revision_config
 
     game = TextCraftGame(46)
     task = game.observation      # glistering melon slice from 8 gold nugget + 1 melon slice
     got = game.step("get 8 gold nugget")[0]
-    assert ground_truth(task, "get 8 gold nugget", got)[0] == revision.GOOD
+    assert ground_truth(task, "get 8 gold nugget", got)[0] == verifier.GOOD
     assert ground_truth(task, "craft 1 melon using 9 melon slice",
-                        TextCraftGame(46).step("craft 1 melon using 9 melon slice")[0])[0] == revision.BAD
+                        TextCraftGame(46).step("craft 1 melon using 9 melon slice")[0])[0] == verifier.BAD
     unused = TextCraftGame(46).step("get 1 carrot")[0]
-    assert unused.startswith("Got") and ground_truth(task, "get 1 carrot", unused)[0] == revision.BAD
-    assert ground_truth(task, "inventory", "Inventory: [gold nugget] (8)")[0] == revision.UNCERTAIN
+    assert unused.startswith("Got") and ground_truth(task, "get 1 carrot", unused)[0] == verifier.BAD
+    assert ground_truth(task, "inventory", "Inventory: [gold nugget] (8)")[0] == verifier.UNCERTAIN
 
     cfg = revision_config(2048)
     row = example(TokenCounter("models/textcraft-tiny"), cfg, task, [], "get 8 gold nugget", got, {})
     prompt, reply = row["messages"][:-1], row["messages"][-1]
-    assert prompt == revision.verifier_messages(task, [], "get 8 gold nugget", got, 1)   # no history to cut
-    assert reply["loss"] is True and revision.parse_judgement(reply["content"]) == revision.GOOD
+    assert prompt == verifier.verifier_messages(task, [], "get 8 gold nugget", got, 1)   # no history to cut
+    assert reply["loss"] is True and verifier.parse_judgement(reply["content"]) == verifier.GOOD
