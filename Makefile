@@ -67,7 +67,7 @@ $(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
 
 # Resolve both GPU install sets with pip's resolver (dry run, needs PyPI; ~2 min).
 check-install-sets: setup
-	$(PY) -m pytest -q tests/test_install_sets.py
+	$(PY) -m pytest -q tests/install/test_gpu_sets.py
 
 # A real headless browser for the tree viewer's tests (tests/viewer/test_browser.py):
 # Debian's chromium and chromium-driver, installed only when /usr/bin/chromium or

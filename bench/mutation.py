@@ -56,20 +56,21 @@ MODULES = {
 # In-process tests of those modules (files, folders or node ids). mutmut picks,
 # per mutant, the ones that ran the mutated function.
 TESTS = [
-    "tests/test_core.py", "tests/search", "tests/revision/test_pairs.py", "tests/revision/test_verifier.py",
-    "tests/revision/test_splice.py", "tests/revision/test_collection_run.py", "tests/revision/test_part_cache.py",
+    "tests/conversation", "tests/storage", "tests/search", "tests/revision/test_pairs.py",
+    "tests/revision/test_verifier.py", "tests/revision/test_splice.py", "tests/revision/test_collection_run.py",
+    "tests/revision/test_part_cache.py",
     "tests/revision/test_settings.py", "tests/export/test_xtuner.py", "tests/export/test_dpo.py",
     "tests/export/test_dpo_trl.py", "tests/export/test_rows.py", "tests/export/test_cli.py",
     "tests/evaluation/test_episode.py", "tests/evaluation/test_resume.py",
-    "tests/test_faithful_sciworld_actions.py", "tests/test_env_textcraft.py", "tests/test_env_sciworld.py",
-    "tests/test_env_webshop.py", "tests/test_spec_clients.py", "tests/test_spec_io.py", "tests/test_spec_sciworld.py",
-    "tests/test_spec_conversation.py", "tests/test_spec_survivors.py",
-    "tests/test_faults_env.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
-    "tests/test_faults_env.py::test_tree_fails_after_the_bounded_restarts",
-    "tests/test_faults_input.py::test_odd_unicode_observations_round_trip",
+    "tests/revision/test_verifier_edges.py", "tests/revision/test_pair_cap.py", "tests/export/test_good_samples.py",
+    "tests/envs/test_sciworld_actions.py", "tests/clients", "tests/servers/test_textcraft_game.py",
+    "tests/servers/test_textcraft_server.py", "tests/servers/test_sciworld_server.py",
+    "tests/servers/test_restarts.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
+    "tests/servers/test_restarts.py::test_tree_fails_after_the_bounded_restarts",
+    "tests/cli/test_odd_text.py::test_odd_unicode_observations_round_trip",
 ]
 # slow and about the server's JVMs, not the client: left to the normal suite
-DESELECT = ["tests/test_env_sciworld.py::test_create_reset_close_cycles_free_their_jvms"]
+DESELECT = ["tests/servers/test_sciworld_server.py::test_create_reset_close_cycles_free_their_jvms"]
 COPY = ["agentenv_servers/", "scripts/", "xtuner_config/", "models/", "mcts_collection.py", "path_collection.py",
         "eval.py", "pytest.ini"]
 
