@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 BUNDLED = ROOT / "models" / "textcraft-tiny"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -585,7 +584,7 @@ def cmd_train(args) -> None:
         return
     # reload the converted model with the project's hf backend (collection env) and generate once
     reload = (
-        "import json, sys, time; sys.path.insert(0, '.'); "
+        "import json, sys, time; "
         "from agent_r.llm import make_backend, GenerationRequest, SamplingConfig; "
         "from agent_r.settings import BackendSettings; "
         "t=time.time(); b=make_backend(BackendSettings(backend='hf', model_dir=sys.argv[1]), seed=0); "

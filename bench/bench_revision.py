@@ -1,7 +1,7 @@
 """Verifier cost: the reference's per-pair, per-step calls vs ours (each distinct
 low path once, all steps of many trees in one batched call).
 
-    .venv/bin/python bench/bench_revision.py [--trees 8] [--per_call 0.05] [--per_token 0.01]
+    .venv/bin/python -m bench.bench_revision [--trees 8] [--per_call 0.05] [--per_token 0.01]
 
 The model is LatencyModelBackend (a test double that sleeps like a GPU server:
 a batched call costs about what its longest member costs) answering with a
@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r import revision, verifier  # noqa: E402
 from agent_r.llm import GenerationRequest, SamplingConfig  # noqa: E402

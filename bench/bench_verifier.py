@@ -1,6 +1,6 @@
 """How well the bundled model judges its own steps, on held-out TEST tasks.
 
-    .venv/bin/python bench/bench_verifier.py [--model_dir DIR] [--episodes EVAL_DIR | --trees DIR] [--out work_dirs/bench_verifier]
+    .venv/bin/python -m bench.bench_verifier [--model_dir DIR] [--episodes EVAL_DIR | --trees DIR] [--out work_dirs/bench_verifier]
 
 1. The model's own steps on TEST-split tasks, which it never trained on:
    by default its sampled episodes (eval.py at TEMP 1.0 over the whole test
@@ -31,7 +31,6 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r import revision, verifier  # noqa: E402
 from agent_r.envs import get_env  # noqa: E402

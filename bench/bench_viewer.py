@@ -1,7 +1,7 @@
 """How fast the tree viewer (agent_r/view.py) opens big trees in headless Chromium.
 
-    .venv/bin/python bench/bench_viewer.py [--nodes 1000 5000 10000] [--obs_bytes 2048] [--tree FILE...]
-    .venv/bin/python bench/bench_viewer.py --screenshot docs/img/viewer.png
+    .venv/bin/python -m bench.bench_viewer [--nodes 1000 5000 10000] [--obs_bytes 2048] [--tree FILE...]
+    .venv/bin/python -m bench.bench_viewer --screenshot docs/img/viewer.png
 
 Synthetic trees are grown like a search grows them (a random open node gets
 N_GEN=4 children, deeper nodes picked more often, depth <= 12), with
@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r import paths, view  # noqa: E402
 from agent_r.conversation import append_turn, initial_conversation  # noqa: E402

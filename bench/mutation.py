@@ -1,8 +1,8 @@
 """Mutation testing of the core (not CI: it runs the tests once per mutant).
 
-    .venv/bin/python bench/mutation.py                    # all core modules, results in /tmp/agent-r-mutation
-    .venv/bin/python bench/mutation.py --modules io,tree  # some of them
-    .venv/bin/python bench/mutation.py --report           # only summarise a finished (or stopped) run
+    .venv/bin/python -m bench.mutation                    # all core modules, results in /tmp/agent-r-mutation
+    .venv/bin/python -m bench.mutation --modules io,tree  # some of them
+    .venv/bin/python -m bench.mutation --report           # only summarise a finished (or stopped) run
 
 mutmut (https://github.com/boxed/mutmut, 3.x) plants one small bug at a time
 (a flipped comparison, an off-by-one, a changed string or number, a dropped
