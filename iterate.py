@@ -13,7 +13,7 @@ unreachable server.
 """
 from __future__ import annotations
 
-from agent_r.iterate import IterateSettings, run
+from agent_r.loop import IterateSettings, run
 from agent_r.settings import parse, run_cli
 
 

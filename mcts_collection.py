@@ -1,4 +1,5 @@
-"""Search one MCTS tree per training task and dump it as JSON (SPEC section 3).
+"""Search one MCTS tree per training task and dump it as JSON (UCT selection,
+N_GEN samples per expansion, terminal leaves backed up; docs/search.md).
 
     TASK=textcraft MAX_DEPTH=20 ITERA=8 N_GEN=4 python mcts_collection.py \\
         --env_server_base http://127.0.0.1:36001 --min 0 --max 100

@@ -1,10 +1,14 @@
-"""Revision (or good-only) training data from MCTS trees (SPEC section 4).
+"""Revision (or good-only) training data from MCTS trees: pairs of a high and a
+low leaf path, the low path judged step by step, spliced (docs/revision.md).
 
     TASK=textcraft MODEL_DIR=models/textcraft-tiny python path_collection.py --data_type centric --revise 1
     TASK=textcraft python path_collection.py --data_type good
     python path_collection.py export --format xtuner --output train.json \\
         --input mcts_training_data/textcraft_centric.jsonl mcts_training_data/textcraft_good.jsonl
 
+Reads the trees mcts_collection.py wrote for the same settings: --input_dir
+(the tree folder, or mcts_collection.py's --output_dir), else
+{output_dir}/{TASK}/{model} when it holds trees, else mcts_result/{TASK}/{model}.
 Writes {output_dir}/{TASK}_{data_type}.jsonl and its manifest; rerunning the
 same command resumes from per-tree parts. A model is loaded only for
 --data_type centric --revise 1, and only when some tree still needs judging.

@@ -3,6 +3,7 @@ for LLM agents in AgentGym environments.
 
 One concept per module (docs/architecture.md):
   settings       every script setting: env var, flag, help, validation; exit codes
+  knobs          the knob groups several scripts share, each env var declared once
   envs/          everything that differs between TextCraft, SciWorld, WebShop
   conversation   message layout, action parsing, truncation
   tree           MCTS node, its exact JSON schema, leaf paths
@@ -15,6 +16,8 @@ One concept per module (docs/architecture.md):
   evaluation     an eval episode as a driver job; the eval run
   report         eval summaries and the side-by-side compare table
   sharding       data-parallel shards: which tasks a process takes, per-shard manifests
+  loop/          iterate.py's self-training loop: stages, models, results
+  training/      the training knobs, the rows both trainers learn from, the CPU trainer
   manifest, io   run manifests; atomic writes
 """
 

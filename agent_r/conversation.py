@@ -1,4 +1,5 @@
-"""The conversation layout every stage shares (SPEC section 2).
+"""The conversation layout every stage shares: search prompts, eval prompts,
+revision rows and training files all use it.
 
 index 0 system, 1 user instruction, 2 assistant "Ok.", 3 user initial
 observation, then assistant turns and user observations alternating.

@@ -185,10 +185,7 @@ def generate_checked(backend: Backend, requests: list[GenerationRequest], sampli
     if max_token_length is not None:
         budget = backend.prompt_budget(max_token_length, sampling.max_new_tokens)
         requests = [_truncated(backend, r, budget) for r in requests]
-    outputs = list(backend.generate(requests, sampling))
-    if len(outputs) != len(requests) or any(not isinstance(o, RequestFailed) and len(o) < 1 for o in outputs):
-        got = sum(1 for o in outputs if isinstance(o, RequestFailed) or len(o) >= 1)
-        raise BackendError(f"backend {backend.name} answered {got} of {len(requests)} requests")
+    outputs = _answers(backend, requests, sampling)
     if max_token_length is not None:
         outputs = _retry_tighter(backend, requests, outputs, sampling, max_token_length, budget)
     duplicate_watch(backend).observe(backend, outputs, sampling)
@@ -196,6 +193,17 @@ def generate_checked(backend: Backend, requests: list[GenerationRequest], sampli
     if failed and not allow_failures:
         raise BackendError(f"backend {backend.name}: {len(failed)} of {len(requests)} requests failed: {failed[0]}")
     return [o if isinstance(o, RequestFailed) else list(o) for o in outputs]
+
+
+def _answers(backend: Backend, requests: list[GenerationRequest], sampling: SamplingConfig) -> list:
+    """``backend.generate``, refused unless it answers every request (with
+    samples, or a RequestFailed in its place): a request left unanswered
+    would leave its job waiting forever and vanish from the run unreported."""
+    outputs = list(backend.generate(requests, sampling))
+    if len(outputs) != len(requests) or any(not isinstance(o, RequestFailed) and len(o) < 1 for o in outputs):
+        got = sum(1 for o in outputs if isinstance(o, RequestFailed) or len(o) >= 1)
+        raise BackendError(f"backend {backend.name} answered {got} of {len(requests)} requests")
+    return outputs
 
 
 def _truncated(backend: Backend, request: GenerationRequest, budget: int) -> GenerationRequest:
@@ -217,7 +225,7 @@ def _retry_tighter(backend: Backend, requests: list[GenerationRequest], outputs:
     log.info("resending %d prompt(s) truncated to the %d-token budget the server's context allows", len(again),
              tighter)
     outputs = list(outputs)
-    for i, out in zip(again, backend.generate(list(again.values()), sampling)):
+    for i, out in zip(again, _answers(backend, list(again.values()), sampling)):
         outputs[i] = out
     return outputs
 

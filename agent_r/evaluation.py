@@ -1,6 +1,7 @@
-"""Evaluation: run the policy on held-out tasks and write one result per task
-(SPEC section 5, plus the revision task). Reading finished runs (summary,
-loop statistic, --compare) is agent_r/report.py.
+"""The whole eval.py run: which test tasks to play, resume, the episodes
+(agent_r/episode.py) batched by the one driver, result files, the manifest
+and the summary. Reading finished runs (summary, loop statistic, --compare)
+is agent_r/report.py.
 
 Why the shape below:
 * Each task is an ``Episode`` job for the one batch driver (agent_r/driver.py):
@@ -8,9 +9,9 @@ Why the shape below:
   share ONE ``backend.generate`` call. Model calls dominate wall time, so
   batching them is the speed-up. Retries, fatal errors and client clean-up
   are the driver's rules, the same as the search's.
-* Each request carries a seed derived from (seed, task, model step), so a
-  deterministic backend gives the same trajectories at any concurrency, after
-  an env restart and after a resume.
+* The model is loaded only when an episode asks for a turn
+  (``llm.LazyBackend``): a resumed run that is done loads none, and one env
+  client is opened first, so an unreachable server fails before any load.
 * The summary is always recomputed from every result file in the run
   directory, so "interrupted + resumed" reports exactly what an uninterrupted
   run reports.
@@ -23,39 +24,39 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generator, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from tqdm import tqdm
 
 from agent_r import conversation as conv
+from agent_r import paths
 from agent_r.driver import DriverConfig, Outcome, close_quietly, env_errors, is_fatal, run_jobs
 from agent_r.envs import EnvSpec, get_env
+from agent_r.episode import Episode, EpisodeSetup, Task
 from agent_r.io import atomic_write_json, read_json
-from agent_r.llm import BUNDLED_MODEL, Backend, GenerationRequest, SamplingConfig, derive_seed, make_backend
+from agent_r.knobs import EVAL_PROMPT_BUDGET, PromptBudget, TaskChoice, Temperature
+from agent_r.llm import BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend
 from agent_r.manifest import write_manifest
-from agent_r.report import SUMMARY_FILE, result_path, summarize_dir
+from agent_r.report import summarize_dir
 from agent_r.settings import ShardSettings
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, concurrency_setting,
-                              env_server_setting, manifest_config, max_new_tokens_setting, max_token_length_setting,
+                              env_server_setting, manifest_config, max_new_tokens_setting,
                               nested, resolved_model_name, seed_setting, setting, validate)
 
 log = logging.getLogger(__name__)
 
-MANIFEST_FILE = "manifest.json"
 TASK_HELP = "the environment to evaluate: textcraft, sciworld or webshop"
 
 
 @dataclass
-class EvalSettings:
-    """Every setting of eval.py (flag > env var > default; see --help)."""
+class EvalSettings(TaskChoice, PromptBudget, Temperature):
+    """Every setting of eval.py (flag > env var > default; see --help). TASK
+    (required, except with --compare), TEMP and MAX_TOKEN_LENGTH are declared
+    in agent_r/knobs.py."""
 
-    task: str | None = setting(None, env="TASK", flag=None, help=f"{TASK_HELP} (required, except with --compare)")
     model_type: str = setting("eval", env="MODEL_TYPE", flag=None,
                               help="the label appended to the output folder, e.g. iter1 (default eval)")
-    temperature: float = setting(1.0, env="TEMP", flag=None, minimum=0.0, help="the sampling temperature; 1.0 is "
-                                 "the reference's decoding, 0 is greedy (default 1.0)")
-    max_token_length: int = max_token_length_setting("prompt", default=7000)  # the reference eval's budget
     env_server_base: str | None = env_server_setting()
     max_steps: int = setting(100, minimum=1, help="the most model turns per episode (default 100)")
     split: str | None = setting(None, help="the named split whose test list is evaluated: agenteval (the paper's "
@@ -83,7 +84,10 @@ class EvalSettings:
     shard: ShardSettings = nested(ShardSettings)
 
     def finish(self) -> None:
-        """TASK is required unless the run only compares finished folders."""
+        """TASK is required unless the run only compares finished folders;
+        TEMP and MAX_TOKEN_LENGTH fall back to eval's defaults (idempotent)."""
+        self.resolve_temperature()
+        self.resolve_prompt_budget(EVAL_PROMPT_BUDGET)
         if self.plot and not self.compare:
             raise UsageError("--plot draws the runs of --compare: pass --compare RUN_DIR... with it")
         if self.compare:
@@ -110,14 +114,6 @@ class EvalSettings:
 # ---------------------------------------------------------------------------
 # What to run
 # ---------------------------------------------------------------------------
-
-class Task(NamedTuple):
-    """One episode to run: a task index, optionally a failed prefix to replay."""
-
-    idx: int
-    key: str                            # result file key: "12", or "12_0" for a revise row
-    prefix_turns: tuple[str, ...] = ()
-
 
 class Plan(NamedTuple):
     spec: EnvSpec
@@ -194,91 +190,8 @@ def plan(settings: EvalSettings) -> Plan:
     line = describe_shard(settings.shard, len(tasks), everything)
     if line:
         log.info(line)
-    run_dir = settings.run_dir()
-    return Plan(spec, tasks, [t for t in tasks if not is_complete(result_path(run_dir, t.key))])
-
-
-# ---------------------------------------------------------------------------
-# One episode
-# ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EpisodeSetup:
-    """What every episode of a run shares."""
-
-    spec: EnvSpec
-    model_name: str
-    max_steps: int
-    seed: int
-
-
-class _Trajectory:
-    """An episode's state so far; turned into the result file at its end."""
-
-    def __init__(self, task: Task, setup: EpisodeSetup, client: Any):
-        self.task, self.setup, self.client = task, setup, client
-        self.messages: list[dict] = []
-        self.step_num = 0          # env steps taken (replayed + model)
-        self.model_steps = 0       # steps the evaluated model chose
-        self.score = 0.0
-
-    def act(self, turn: str) -> str | None:
-        """Step one turn's action; how the episode ended, or None."""
-        spec = self.setup.spec
-        out = self.client.step(spec.prepare_action(self.client, conv.parse_action(turn)))
-        self.step_num += 1
-        self.messages = conv.append_turn(self.messages, turn, out.state)
-        scored = spec.step_score(out.reward)
-        self.score = scored.score
-        return "disaster" if scored.disaster else "done" if out.done else None
-
-    def result(self, ended_by: str, error: str | None = None) -> dict[str, Any]:
-        failed = ended_by == "error"
-        return {
-            "task_id": self.task.idx,
-            "env_score": 0.0 if failed else self.score,
-            "model_name": self.setup.model_name,
-            "step_num": self.step_num,
-            "state": self.messages,
-            "success": not failed and self.setup.spec.is_success(self.score),
-            "ended_by": ended_by,
-            "model_steps": self.model_steps,
-            "replayed_steps": len(self.task.prefix_turns),
-            "error": error,
-        }
-
-
-class Episode:
-    """A driver job: reset, replay the revise prefix, then one model turn per
-    request until done, a disaster or ``max_steps`` model turns. The driver
-    reruns ``run`` from scratch on a fresh client after an env error."""
-
-    def __init__(self, task: Task, setup: EpisodeSetup):
-        self.task, self.setup = task, setup
-        self.key = task.key
-        self._last: _Trajectory | None = None   # the latest attempt, for the failure record
-
-    def run(self, client: Any) -> Generator[GenerationRequest, list[str], dict[str, Any]]:
-        traj = self._last = _Trajectory(self.task, self.setup, client)
-        client.reset(self.task.idx)
-        traj.messages = conv.initial_conversation(client.instruction, client.observe())
-        for turn in self.task.prefix_turns:
-            ended = traj.act(turn)
-            if ended:
-                return traj.result(ended)
-        while True:
-            samples = yield GenerationRequest(traj.messages, n=1,
-                                              seed=derive_seed(self.setup.seed, self.key, traj.model_steps))
-            traj.model_steps += 1
-            ended = traj.act(samples[0])
-            if ended or traj.model_steps >= self.setup.max_steps:
-                return traj.result(ended or "step_limit")
-
-    def failed(self, exc: BaseException) -> dict[str, Any]:
-        """The result file of an episode whose env kept failing: the last
-        attempt's trajectory, score 0; a rerun redoes it."""
-        traj = self._last or _Trajectory(self.task, self.setup, None)
-        return traj.result("error", error=f"{type(exc).__name__}: {exc}")
+    run_dir = paths.eval_dir(settings)
+    return Plan(spec, tasks, [t for t in tasks if not is_complete(paths.result_file(run_dir, t.key))])
 
 
 # ---------------------------------------------------------------------------
@@ -321,7 +234,7 @@ class _Recorder:
             result = episode.failed(outcome.error)
         else:
             result = outcome.result
-        atomic_write_json(result_path(self.run_dir, episode.key), result)
+        atomic_write_json(paths.result_file(self.run_dir, episode.key), result)
         self.items[episode.key] = {"env_score": result["env_score"], "step_num": result["step_num"],
                                    "ended_by": result["ended_by"], "env_restarts": outcome.restarts}
         self.progress.update(1)
@@ -329,15 +242,16 @@ class _Recorder:
 
 def evaluate(settings: EvalSettings, backend: Backend | None, new_client: Callable[[], Any] | None = None,
              clients: list[Any] | None = None, planned: Plan | None = None) -> EvalRun:
-    """Run the episodes still missing in the run directory with ``backend``,
-    then write and return the run's summary (library use: tests, benches).
+    """Run the episodes still missing in the run directory with ``backend``
+    (a ready one, or a ``LazyBackend`` loaded at the first model turn), then
+    write and return the run's summary (library use: tests, benches, the loop).
 
     ``clients`` are already-open env clients to reuse; they are closed here.
     ``new_client`` replaces the task's client factory (tests wrap it)."""
     validate(settings)
     settings.finish()
     planned = planned if planned is not None else plan(settings)
-    run_dir = settings.run_dir()
+    run_dir = paths.eval_dir(settings)
     run_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     if planned.todo:
@@ -347,16 +261,23 @@ def evaluate(settings: EvalSettings, backend: Backend | None, new_client: Callab
     else:
         for client in clients or []:
             close_quietly(client)
-    summary = _write_summary(settings, planned.spec, run_dir, backend)
+    summary = _write_summary(settings, planned, run_dir, backend)
     return EvalRun(run_dir, summary, ran=len(planned.todo), failed=failed,
                    skipped=len(planned.tasks) - len(planned.todo))
+
+
+def _loaded(backend: Backend | None) -> Backend | None:
+    """The backend if it was made: a LazyBackend's model once loaded, any other as given."""
+    if isinstance(backend, LazyBackend):
+        return backend.get() if backend.loaded else None
+    return backend
 
 
 def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_client: Callable[[], Any] | None,
               clients: list[Any] | None) -> int:
     """Play ``planned.todo``; returns how many failed for good. The manifest
     is written also when interrupted (``finished`` stays null then)."""
-    spec, run_dir = planned.spec, settings.run_dir()
+    spec, run_dir = planned.spec, paths.eval_dir(settings)
     setup = EpisodeSetup(spec, settings.model_name, settings.max_steps, settings.seed)
     new_client = new_client or (lambda: spec.make_client(settings.env_server_base,
                                                          instruction_file=settings.backend.instruction_file))
@@ -370,41 +291,49 @@ def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_clien
             run_jobs([Episode(t, setup) for t in planned.todo], backend, new_client, cfg, record, clients=clients)
             finished = time.time()
         finally:
-            write_manifest(run_dir / manifest_name(settings.shard, MANIFEST_FILE), settings.run_config(), backend,
-                           backend.stats.as_dict(), started, finished, record.items)
+            used = _loaded(backend)
+            write_manifest(paths.manifest_file(run_dir, manifest_name(settings.shard)), settings.run_config(), used,
+                           (used.stats if used is not None else BackendStats()).as_dict(), started, finished,
+                           record.items)
     return record.failed
 
 
-def _write_summary(settings: EvalSettings, spec: EnvSpec, run_dir: Path, backend: Backend | None) -> dict[str, Any]:
-    summary = summarize_dir(run_dir, spec)
+def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend: Backend | None) -> dict[str, Any]:
+    """summary.json from every result file of the run folder, with the model
+    and its calls when this invocation had work for one."""
+    summary = summarize_dir(run_dir, planned.spec)
     summary["mode"] = "revise" if settings.revise_from else "test"
     summary["config"] = settings.run_config()
-    if backend is not None:
-        summary["backend"] = backend.describe()
-        summary["backend_stats"] = backend.stats.as_dict()
-    atomic_write_json(run_dir / SUMMARY_FILE, summary)
+    used = _loaded(backend)
+    if used is not None:
+        summary["backend"] = used.describe()
+        summary["backend_stats"] = used.stats.as_dict()
+    elif backend is not None and planned.todo:      # episodes ran but none reached the model
+        summary["backend_stats"] = BackendStats().as_dict()
+    atomic_write_json(paths.summary_file(run_dir), summary)
     return summary
 
 
 def run(settings: EvalSettings) -> EvalRun:
     """eval.py's whole job: plan (resume), open one env client first so an
     unreachable server fails in seconds instead of after loading the model,
-    make the backend, play the missing episodes, write results, manifest and
-    summary. When nothing is left, neither the model nor the server is needed."""
+    play the missing episodes (the model loads at the first turn), write
+    results, manifest and summary. When nothing is left, neither the model
+    nor the server is needed."""
     validate(settings)
     settings.finish()
     planned = plan(settings)
     log.info("%d tasks, %d already done in %s", len(planned.tasks), len(planned.tasks) - len(planned.todo),
-             settings.run_dir())
-    if not planned.todo:
-        return evaluate(settings, None, planned=planned)
-    client = planned.spec.make_client(settings.env_server_base, instruction_file=settings.backend.instruction_file)
-    backend = None
+             paths.eval_dir(settings))
+    backend = LazyBackend(lambda: make_backend(settings.backend, seed=settings.seed,
+                                               max_model_len=settings.max_token_length + settings.max_new_tokens))
+    clients: list[Any] = []
     try:
-        backend = make_backend(settings.backend, seed=settings.seed,
-                               max_model_len=settings.max_token_length + settings.max_new_tokens)
-        return evaluate(settings, backend, clients=[client], planned=planned)
+        if planned.todo:
+            clients.append(planned.spec.make_client(settings.env_server_base,
+                                                    instruction_file=settings.backend.instruction_file))
+        return evaluate(settings, backend, clients=clients, planned=planned)
     finally:
-        close_quietly(client)   # already closed by the driver unless make_backend failed; closing is idempotent
-        if backend is not None:
-            backend.close()
+        for client in clients:
+            close_quietly(client)   # already closed by the driver; closing is idempotent
+        backend.close()

@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from agent_r.conversation import HEAD_LEN
 from agent_r.io import atomic_write_json
-from agent_r.settings import DEFAULT_MAX_TOKEN_LENGTH, UsageError, parse, setting
+from agent_r.settings import UsageError, parse, setting
+from agent_r.training.settings import DEFAULT_MAX_LENGTH, SequenceLength  # noqa: F401 - re-exported
 
 ETO_ROLES = {"user": "human", "assistant": "gpt"}
 
@@ -84,7 +85,7 @@ def xtuner_samples(revisions: list[dict], goods: list[dict], good_ratio: float, 
 # tokens the way XTuner encodes them and fits long samples itself.
 
 # XTuner's llama3_chat (xtuner.utils.PROMPT_TEMPLATE.llama3_chat), the template
-# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/test_export_length.py
+# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/export/test_length.py
 # checks this copy and the counts against XTuner's own code.
 XTUNER_TEMPLATE = {
     "SYSTEM": "<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>",
@@ -92,9 +93,6 @@ XTUNER_TEMPLATE = {
                    "<|start_header_id|>assistant<|end_header_id|>\n\n",
     "SUFFIX": "<|eot_id|>",
 }
-# Training sequences as long as the search's prompt budget: a sample then holds
-# about the context the model had when it chose the sample's turns.
-DEFAULT_MAX_LENGTH = DEFAULT_MAX_TOKEN_LENGTH
 
 
 class XTunerLength:
@@ -289,9 +287,9 @@ def dpo_pairs(revisions: list[dict], layout: str) -> list[dict]:
 
 
 @dataclass
-class ExportSettings:
-    """Every setting of ``path_collection.py export`` (flags; MAX_LENGTH also from the environment, where the
-    training config reads it)."""
+class ExportSettings(SequenceLength):
+    """Every setting of ``path_collection.py export`` (flags; MAX_LENGTH, declared with the training knobs, also
+    from the environment, where the trainers read it)."""
 
     format: str | None = setting(None, choices=("xtuner", "dpo"), help="the training file kind: xtuner or dpo "
                                  "(required)")
@@ -306,9 +304,6 @@ class ExportSettings:
                                     "tokens as XTuner encodes them (llama3_chat); samples over --max_length are "
                                     "shortened from their untrained history or left out, and counted (default: "
                                     "no length check)")
-    max_length: int = setting(DEFAULT_MAX_LENGTH, env="MAX_LENGTH", minimum=16,
-                              help="xtuner: tokens per training sequence, the training config's MAX_LENGTH "
-                              f"(default {DEFAULT_MAX_LENGTH}, the search's prompt budget)")
 
     def finish(self) -> None:
         missing = [f"--{name}" for name in ("format", "input", "output") if not getattr(self, name)]

@@ -14,20 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from agent_r import conversation as conv
+from agent_r import paths
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
 
-RESULT_PREFIX = "search_results_"
-SUMMARY_FILE = "summary.json"
 LOOP_LENGTHS = (1, 2, 3, 4, 5)
 ENDINGS = ("done", "disaster", "step_limit", "error")
-
-
-def result_path(run_dir: Path, key: str) -> Path:
-    return Path(run_dir) / f"{RESULT_PREFIX}{key}.json"
 
 
 def episode_actions(state: list[dict]) -> list[str]:
@@ -62,7 +57,7 @@ def load_results(run_dir: str | os.PathLike) -> list[dict]:
     if not run_dir.is_dir():
         raise UsageError(f"run directory {run_dir} does not exist")
     results = []
-    for path in sorted(run_dir.glob(f"{RESULT_PREFIX}*.json")):
+    for path in paths.result_files(run_dir):
         try:
             data = read_json(path)
         except ValueError as exc:
@@ -149,7 +144,7 @@ def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:
     be compared without TASK: its summary.json says, else the parent folder
     name ({output_dir}/{TASK}/{model}) does, else the ``task`` the user set."""
     run_dir = Path(run_dir)
-    summary = run_dir / SUMMARY_FILE
+    summary = paths.summary_file(run_dir)
     if summary.exists():
         try:
             return get_env(read_json(summary)["task"])

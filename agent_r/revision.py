@@ -1,35 +1,26 @@
-"""Revision trajectories from search trees (SPEC section 4, with the section-7 fixes).
+"""Revision samples from a search tree: pairing leaf paths, and splicing.
 
 A tree gives leaf paths with scores. A *pair* is a high-scoring path and a
-low-scoring one. The policy model, acting as verifier, judges each step of the
-low path; the *bad prefix* ends at the first step judged Bad. The training
-sample splices: bad prefix (no loss) + a revision turn (loss) + the good path
-from where it leaves the bad prefix (loss).
-
-Why batching is safe: a step's judgement depends only on the task and the steps
-before it, never on later judgements. So every step of every distinct low path
-can be judged in one batched model call, and "keep steps until the first Bad"
-is then applied to the finished judgements; the result equals walking the path
-step by step, with one model call instead of one per step.
+low-scoring one: every ordered pair whose high path scores above ALPHA and
+whose gap exceeds BETA, shuffled with a seeded generator. The verifier
+(agent_r/verifier.py) judges the steps of each low path; the *bad prefix*
+ends at the first step judged Bad (with revise off, the whole low path). The
+training sample splices: bad prefix (no loss) + a revision turn (loss) + the
+good path from where it leaves the bad prefix (loss). A tree's low paths are
+judged once each, all trees of a batch in one model call.
 """
 from __future__ import annotations
 
-import logging
 import random
-import re
-import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from agent_r.conversation import HEAD_LEN, TRUNCATION_MARGIN, Message
-from agent_r.driver import generate_checked
-from agent_r.llm import Backend, GenerationRequest, SamplingConfig
+from agent_r.conversation import HEAD_LEN, Message
+from agent_r.llm import Backend
 from agent_r.tree import Node, TreeFormatError, leaf_paths
+from agent_r.verifier import Verdict, verify_paths
 
-log = logging.getLogger(__name__)
-
-GOOD, BAD, UNCERTAIN = "Good", "Bad", "Uncertain"
 REVISION_REPLY = "ok."
 
 # Our own self-correction sentences for the revision turn; every one is reachable.
@@ -206,120 +197,6 @@ def splice(head: list[Message], bad_prefix: Sequence[tuple[str, str]], good: Seq
     )
 
 
-# ---------------------------------------------------------------- verifier
-
-_JUDGMENT = re.compile(r"judge?ment\s*:", re.IGNORECASE)
-# the label word, optionally wrapped in markdown/quotes/brackets; a list of
-# alternatives (an echo of the instruction: "<Good|Bad|Uncertain>") is not a label
-_LABEL = re.compile(r"[\s*_\"'`\[\(<]*(good|bad|uncertain)\b"
-                    r"(?!\s*(?:[|/]|,\s*(?:good|bad|uncertain)\b|or\s+(?:good|bad|uncertain)\b))", re.IGNORECASE)
-
-
-def parse_judgement(reply: str) -> str | None:
-    """The label right after the LAST `Judgment:`/`Judgement:` marker, or None.
-    Only that word counts, so "Judgment: not good" is unparseable, not Good."""
-    markers = list(_JUDGMENT.finditer(reply))
-    if not markers:
-        return None
-    m = _LABEL.match(reply, markers[-1].end())
-    return m.group(1).capitalize() if m else None
-
-
-def verifier_messages(task: str, history: Sequence[tuple[str, str]], action: str, obs: str,
-                      step_no: int) -> list[Message]:
-    if history:
-        earlier = "\n".join(f"Step {i} action: {a}\nStep {i} observation: {o}"
-                            for i, (a, o) in enumerate(history, start=step_no - len(history)))
-    else:
-        earlier = "(none: this is the first step)"
-    prompt = (
-        "You are checking the work of an agent that acts in a text environment to complete a task.\n\n"
-        f"The task:\n{task}\n\n"
-        f"What the agent did before:\n{earlier}\n\n"
-        f"The step to check (step {step_no}):\nAction: {action}\nObservation: {obs}\n\n"
-        "Is this step a sensible move toward completing the task? Call it Good if it helps, Bad if it is a "
-        "mistake (an action that fails, wastes steps, or heads away from the goal), and Uncertain if you "
-        "cannot tell yet. First give your reasons in a few sentences. Then finish with one last line "
-        "of this form, choosing one word:\nJudgment: <Good|Bad|Uncertain>"
-    )
-    return [{"role": "system", "content": "You are a careful reviewer of agent trajectories."},
-            {"role": "user", "content": prompt}]
-
-
-def _fit_history(backend: Backend, cfg: RevisionConfig, task: str, history: list[tuple[str, str]],
-                 action: str, obs: str, step_no: int) -> list[Message]:
-    """Drop the oldest earlier steps until the prompt fits MAX_TOKEN_LENGTH - 60."""
-    budget = backend.prompt_budget(cfg.max_token_length, cfg.max_new_tokens) - TRUNCATION_MARGIN
-    while True:
-        messages = verifier_messages(task, history, action, obs, step_no)
-        if not history or backend.count_tokens(messages) <= budget:
-            return messages
-        history = history[1:]
-
-
-@dataclass
-class Verdict:
-    """Judgements of a low path's steps, in order, and where the bad prefix ends."""
-
-    labels: list[str]
-    replies: list[str]
-    unparseable: int
-    cut: int            # length of the bad prefix
-    first_bad: int | None  # 1-based position of the first Bad step, None if no step was Bad
-
-
-def make_verdict(labels: list[str | None], replies: list[str]) -> Verdict:
-    clean = [label or UNCERTAIN for label in labels]
-    first_bad = next((i for i, label in enumerate(clean) if label == BAD), None)
-    cut = len(clean) if first_bad is None else first_bad + 1
-    return Verdict(clean, replies, sum(label is None for label in labels), cut,
-                   None if first_bad is None else first_bad + 1)
-
-
-def verify_paths(backend: Backend, cfg: RevisionConfig,
-                 jobs: list[tuple[str, list[Node], int]]) -> tuple[list[Verdict], list[tuple[int, int]]]:
-    """Judge every step of every path in ``jobs`` ((task, path, seed) each) with
-    ONE batched generate call. Identical prompts (steps shared by two paths)
-    are sent once. Returns one Verdict per job and, per job, (prompts it added
-    to the batch, how many of their replies were unparseable); summed over jobs
-    these are the prompts sent and the unparseable replies received."""
-    requests, per_job, new = _verifier_requests(backend, cfg, jobs)
-    if not requests:
-        return [], [(0, 0) for _ in jobs]
-    sampling = SamplingConfig(temperature=cfg.verifier_temperature, max_new_tokens=cfg.max_new_tokens)
-    # prompts are already fitted step by step (_fit_history), so no truncation here
-    # a prompt that cannot fit the model fails alone: its step reads as unparseable (Uncertain)
-    replies = [out[0] if isinstance(out, list) else "" for out in
-               generate_checked(backend, requests, sampling, allow_failures=True)]
-    labels = [parse_judgement(r) for r in replies]
-    verdicts = [make_verdict([labels[i] for i in indices], [replies[i] for i in indices]) for indices in per_job]
-    return verdicts, [(len(r), sum(labels[i] is None for i in r)) for r in new]
-
-
-def _verifier_requests(backend: Backend, cfg: RevisionConfig, jobs: list[tuple[str, list[Node], int]]
-                       ) -> tuple[list[GenerationRequest], list[list[int]], list[range]]:
-    """(distinct requests, per job the request index of each of its steps, per
-    job the range of requests it was first to add)."""
-    prompts: dict[str, int] = {}
-    requests: list[GenerationRequest] = []
-    per_job: list[list[int]] = []
-    new: list[range] = []
-    for task, path, seed in jobs:
-        indices, history, before = [], [], len(requests)
-        for step_no, node in enumerate(path, start=1):
-            messages = _fit_history(backend, cfg, task, list(history), node.action, node.obs, step_no)
-            key = repr(messages)
-            if key not in prompts:
-                prompts[key] = len(requests)
-                requests.append(GenerationRequest(messages=messages, n=1,
-                                                  seed=zlib.crc32(f"{seed}:{key}".encode()) & 0x7FFFFFFF))
-            indices.append(prompts[key])
-            history.append((node.action, node.obs))
-        per_job.append(indices)
-        new.append(range(before, len(requests)))
-    return requests, per_job, new
-
-
 # ---------------------------------------------------------------- per tree
 
 @dataclass
@@ -381,8 +258,11 @@ def build_rows(plan: TreePlan, cfg: RevisionConfig, verdicts: dict[tuple[int, ..
 
 def revision_row(plan: TreePlan, cfg: RevisionConfig, high: list[Node], low: list[Node],
                  verdict: Verdict | None, thought: str) -> dict | None:
-    """One pair's output row (SPEC section 4.6); None when the good path adds
-    nothing after the bad prefix. ``verdict`` None = direct revision."""
+    """One pair's output row: task_num, revise_log (the splice), high_log and
+    low_log (each path with every turn trained), task_description (the first
+    observation), revise, revise_feedback (one judgement per step of the bad
+    prefix; "" for direct revision). None when the good path adds nothing
+    after the bad prefix. ``verdict`` None = direct revision."""
     head = head_messages(plan.root)
     high_turns = [node_turn(n) for n in high]
     low_turns = [node_turn(n) for n in low]

@@ -3,24 +3,23 @@ JSONL of revision (or good-only) rows out, with its manifest and a summary.
 
 Why a part file per tree: the verifier is the costly step (one prompt per
 distinct low-path step) and a long run gets killed. Each finished tree's
-result is kept in ``{output_dir}/.parts/{TASK}_{data_type}/{idx}.json`` with a
-fingerprint (the tree file's hash, the settings that decide its rows, the
+result is kept in the part cache (``{output_dir}/.parts/{TASK}_{data_type}/{idx}.json``,
+agent_r.paths) with a fingerprint (the tree file's hash, the settings that decide its rows, the
 verifier's identity). A rerun reuses every part whose fingerprint matches,
 redoes the rest and rewrites the JSONL whole from all parts in task order: the
 same input gives the same bytes and never duplicate rows, and changing a
 setting or a tree redoes just what it touches.
 
 Why trees are batched: the verifier prompts of ``tree_batch`` trees share one
-model call (agent_r.revision explains why that equals a step-by-step walk),
-and model calls are the run's wall time.
+model call (agent_r.verifier explains why that equals a step-by-step walk),
+and model calls are the run's wall time. The verifier model is loaded only
+when some tree still needs judging (``llm.LazyBackend``).
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import logging
-import os
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,34 +27,26 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from agent_r import revision
+from agent_r import paths, revision
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
-from agent_r.llm import BUNDLED_MODEL, Backend, make_backend
+from agent_r.knobs import VERIFIER_TEMPERATURE, PairKnobs, PromptBudget, TaskChoice, Temperature
+from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.revision import RevisionConfig, TreeRows
 from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, manifest_config,
-                              max_new_tokens_setting, max_token_length_setting, nested, resolved_model_name,
+                              max_new_tokens_setting, nested, resolved_model_name,
                               setting, validate)
 from agent_r.tree import TreeFormatError, load_tree
 
 log = logging.getLogger(__name__)
 
-TREE_FILE = re.compile(r"^search_results_(\d+)\.json$")
-
-
 @dataclass
-class PathSettings:
-    """Every setting of ``path_collection.py`` (flag > env var > default)."""
+class PathSettings(TaskChoice, PromptBudget, PairKnobs, Temperature):
+    """Every setting of ``path_collection.py`` (flag > env var > default).
+    TASK (required), ALPHA, BETA, the pair cap, TEMP and MAX_TOKEN_LENGTH (the
+    verifier's prompt budget) are declared in agent_r/knobs.py."""
 
-    task: str | None = setting(None, env="TASK", flag=None,
-                               help="the environment the trees come from: textcraft, sciworld or webshop (required)")
-    alpha: float | None = setting(None, env="ALPHA", flag=None,
-                                  help="the score a good path's leaf must exceed, on the task's score scale "
-                                       "(default: the task's value, agent_r/envs)")
-    beta: float | None = setting(None, env="BETA", flag=None, minimum=0.0,
-                                 help="the score gap a (good, bad) pair must exceed, on the task's score scale "
-                                      "(default: the task's value, agent_r/envs)")
     input_dir: str | None = setting(None, help="the folder of search_results_<idx>.json trees (default "
                                                "mcts_result/{TASK}/{model name})")
     output_dir: str = setting("mcts_training_data", help="where {TASK}_{data_type}.jsonl goes "
@@ -66,18 +57,19 @@ class PathSettings:
     revise: bool = setting(True, help="whether the model finds the first bad step (1) or the whole low path "
                                       "is the bad prefix (0) (default 1)")
     seed: int = setting(0, help="the seed of pair shuffling, revision thoughts and verifier requests (default 0)")
-    max_pairs_per_tree: int = setting(0, minimum=0, help="pairs kept per tree after the seeded shuffle, 0 = all "
-                                      "as the reference (default 0)")
-    verifier_temperature: float = setting(0.0, env="TEMP", minimum=0.0,
-                                          help="the verifier's sampling temperature (default 0 = greedy)")
+    verifier_temperature: float | None = setting(None, minimum=0.0, help="the verifier's sampling temperature "
+                                                 "(default: TEMP when set, else 0 = greedy)")
     max_new_tokens: int = max_new_tokens_setting("a verifier reply")
-    max_token_length: int = max_token_length_setting("verifier prompt")
     tree_batch: int = setting(32, minimum=1, help="trees whose verifier prompts share one batched model call "
                                                   "(default 32)")
     backend: BackendSettings = nested(BackendSettings)
 
     def finish(self) -> None:
-        """Per-task defaults and the default input folder (idempotent)."""
+        """Per-task defaults, the verifier's temperature and prompt budget,
+        and the default input folder (idempotent)."""
+        if self.verifier_temperature is None:
+            self.verifier_temperature = VERIFIER_TEMPERATURE if self.temperature is None else self.temperature
+        self.resolve_prompt_budget()
         if not self.task:
             raise UsageError("environment variable TASK is not set: it is the environment the trees come from "
                              "(textcraft, sciworld or webshop). Set it, e.g. `export TASK=textcraft`.")
@@ -107,17 +99,10 @@ class PathSettings:
 
 # --------------------------------------------------------------------------- trees and parts
 
-def find_trees(input_dir: Path) -> list[tuple[int, Path]]:
-    """search_results_{idx}.json files in index order (manifest.json etc. ignored)."""
-    if not input_dir.is_dir():
-        raise UsageError(f"input dir {input_dir} does not exist: run mcts_collection.py first, "
-                         "or pass --input_dir (or set MODEL_NAME) to point at its trees")
-    trees = sorted((int(m.group(1)), input_dir / name) for name in os.listdir(input_dir)
-                   if (m := TREE_FILE.match(name)))
-    if not trees:
-        raise UsageError(f"input dir {input_dir} has no search_results_<idx>.json trees: run "
-                         "mcts_collection.py first, or pass --input_dir pointing at its output")
-    return trees
+def find_trees(settings: PathSettings) -> list[tuple[int, Path]]:
+    """(index, path) of the trees to read, in index order, from the folder
+    ``paths.revision_input`` picks (UsageError when there is none)."""
+    return paths.tree_files(paths.revision_input(settings))
 
 
 def file_sha256(path: Path) -> str:
@@ -132,7 +117,7 @@ class PartCache:
     """Per-tree results of one (TASK, data_type), each valid for one fingerprint."""
 
     def __init__(self, settings: PathSettings, cfg: RevisionConfig) -> None:
-        self.folder = Path(settings.output_dir) / ".parts" / f"{settings.task}_{cfg.data_type}"
+        self.folder = paths.parts_dir(settings)
         verifier = [settings.backend.backend, settings.backend.model_dir] if cfg.needs_verifier else None
         self.base = {"config": dataclasses.asdict(cfg), "verifier": verifier}
 
@@ -141,7 +126,7 @@ class PartCache:
 
     def load(self, idx: int, fingerprint: dict) -> TreeRows | None:
         """The cached result, if it was made from the same tree and settings."""
-        path = self.folder / f"{idx}.json"
+        path = paths.part_file(self.folder, idx)
         if not path.exists():
             return None
         try:
@@ -153,7 +138,7 @@ class PartCache:
             return None
 
     def save(self, idx: int, fingerprint: dict, rows: TreeRows) -> None:
-        atomic_write_json(self.folder / f"{idx}.json", {"fingerprint": fingerprint, "result": rows.to_dict()},
+        atomic_write_json(paths.part_file(self.folder, idx), {"fingerprint": fingerprint, "result": rows.to_dict()},
                           indent=None)
 
 
@@ -173,7 +158,7 @@ class CollectResult:
 
     @property
     def output(self) -> Path:
-        return self.settings.output_path
+        return paths.revision_file(self.settings)
 
     @property
     def exit_code(self) -> int:
@@ -209,36 +194,17 @@ class CollectResult:
         return "\n".join(lines)
 
 
-class _Verifier:
-    """The verifier backend, made on first need: a run whose trees are all
-    cached, or that needs no model, loads none."""
-
-    def __init__(self, settings: PathSettings, backend: Backend | None) -> None:
-        self.settings, self.backend, self.owned, self.used = settings, backend, backend is None, False
-
-    def get(self) -> Backend:
-        if self.backend is None:
-            s = self.settings
-            self.backend = make_backend(s.backend, seed=s.seed, max_model_len=s.max_token_length + s.max_new_tokens)
-        self.used = True
-        return self.backend
-
-    def close(self) -> None:
-        if self.owned and self.backend is not None:
-            self.backend.close()
-
-
 def collect(settings: PathSettings, backend: Backend | None = None) -> CollectResult:
     """Run path collection as ``settings`` say, resuming from the part cache.
 
     ``backend`` is a ready verifier (a test double, or a caller's already
     loaded model; the caller closes it); without it one is made from
-    ``settings.backend`` when some tree still needs judging. Raises
-    UsageError for a missing/empty input folder; unreadable trees are logged,
-    skipped and listed in the result (exit code 1)."""
+    ``settings.backend`` when some tree still needs judging, and closed here.
+    Raises UsageError for a missing/empty input folder; unreadable trees are
+    logged, skipped and listed in the result (exit code 1)."""
     validate(settings)
     cfg = settings.revision_config()
-    trees = find_trees(Path(settings.input_dir))
+    trees = find_trees(settings)
     cache = PartCache(settings, cfg)
     result = CollectResult(settings, [idx for idx, _ in trees], {})
     todo = []
@@ -249,23 +215,27 @@ def collect(settings: PathSettings, backend: Backend | None = None) -> CollectRe
             todo.append((idx, path, fingerprint))
         else:
             result.results[idx] = cached
-    log.info("%d trees in %s, %d already processed", len(trees), settings.input_dir, len(trees) - len(todo))
-    verifier, started = _Verifier(settings, backend), time.time()
+    log.info("%d trees in %s, %d already processed", len(trees), trees[0][1].parent, len(trees) - len(todo))
+    verifier = LazyBackend(lambda: backend if backend is not None else make_backend(
+        settings.backend, seed=settings.seed, max_model_len=settings.max_token_length + settings.max_new_tokens))
+    started = time.time()
     try:
         with tqdm(total=len(todo), desc="trees", unit="tree") as bar:
             for start in range(0, len(todo), settings.tree_batch):
                 batch = todo[start:start + settings.tree_batch]
                 result.verifier_prompts_this_run += _run_batch(batch, cfg, verifier, cache, result)
                 bar.update(len(batch))
+        used = verifier.get() if verifier.loaded else None
+        if used is not None:
+            result.backend_stats = used.stats.as_dict()
+        _write_outputs(result, used, started)
     finally:
-        verifier.close()
-    if verifier.used:
-        result.backend_stats = verifier.backend.stats.as_dict()
-    _write_outputs(result, verifier.backend if verifier.used else None, started)
+        if backend is None:
+            verifier.close()
     return result
 
 
-def _run_batch(batch: list[tuple[int, Path, dict]], cfg: RevisionConfig, verifier: _Verifier, cache: PartCache,
+def _run_batch(batch: list[tuple[int, Path, dict]], cfg: RevisionConfig, verifier: LazyBackend, cache: PartCache,
                result: CollectResult) -> int:
     """Plan, verify (one model call for the whole batch) and save each tree's
     part; returns the verifier prompts sent."""
@@ -286,7 +256,7 @@ def _run_batch(batch: list[tuple[int, Path, dict]], cfg: RevisionConfig, verifie
     if not plans:
         return 0
     needs_model = cfg.needs_verifier and any(p.low_paths for p in plans)
-    done = revision.process_trees(plans, cfg, verifier.get() if needs_model else None)
+    done = revision.process_trees(plans, cfg, verifier if needs_model else None)
     for plan, fingerprint, rows in zip(plans, fingerprints, done):
         cache.save(plan.idx, fingerprint, rows)
         result.results[plan.idx] = rows
@@ -300,5 +270,5 @@ def _write_outputs(result: CollectResult, backend: Backend | None, started: floa
     result.rows = len(rows)
     stats = {"trees": len(result.trees), "failed": result.failed, "rows": len(rows),
              "verifier_prompts_this_run": result.verifier_prompts_this_run, "backend": result.backend_stats}
-    write_manifest(result.output.with_name(f"{result.output.stem}.manifest.json"),
+    write_manifest(paths.revision_manifest(result.output),
                    manifest_config(result.settings), backend, stats, started, time.time())

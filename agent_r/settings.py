@@ -7,6 +7,12 @@ validates it with one sentence that names the setting and the fix, builds
 ``--help`` from the same fields, and the settings object itself is the run
 manifest's config (``manifest_config``). Adding a setting costs one field.
 
+Each environment variable is declared by one field. Knobs several scripts
+read are grouped (``ModelDir`` here, agent_r/knobs.py, the training knobs in
+agent_r/training/settings.py): a script's settings class includes a group's
+fields (dataclass inheritance, so attribute names and manifests stay flat) or
+nests the whole group (``nested``, as iterate.py does).
+
 This is the only module below the scripts that reads ``os.environ``: library
 code receives settings objects, so a test sets values by constructing them.
 
@@ -29,6 +35,7 @@ import sys
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
 from typing import Any, Callable, Mapping, TypeVar
 
 T = TypeVar("T")
@@ -66,6 +73,13 @@ def _flag_name(f: dataclasses.Field) -> str | None:
     if flag is True:
         return f"--{f.name}"
     return flag or None
+
+
+def _dest(f: dataclasses.Field) -> str | None:
+    """The parsed-flag key of a field: its flag's name, so two groups may hold
+    env-only fields of the same name (iterate.py's ITERATIONS and ITERA)."""
+    flag = _flag_name(f)
+    return flag.lstrip("-") if flag else None
 
 
 def _leaf_fields(cls: type) -> list[tuple[type, dataclasses.Field]]:
@@ -139,7 +153,7 @@ def build_parser(cls: type, description: str, prog: str | None = None) -> argpar
         if flag:
             env = f" [env {f.metadata['env']}]" if f.metadata.get("env") else ""
             nargs = "+" if typing.get_origin(_base_type(_field_type(owner, f))[0]) is list else None
-            p.add_argument(flag, dest=f.name, default=None, nargs=nargs, metavar=f.name.upper(),
+            p.add_argument(flag, dest=_dest(f), default=None, nargs=nargs, metavar=f.name.upper(),
                            help=f.metadata["help"] + env)
     return p
 
@@ -176,7 +190,8 @@ def _build(cls: type[T], args: dict[str, Any], environ: Mapping[str, str]) -> T:
         if f.metadata.get("nested"):
             values[f.name] = _build(_field_type(cls, f), args, environ)
             continue
-        raw, env = args.get(f.name), f.metadata.get("env")
+        dest, env = _dest(f), f.metadata.get("env")
+        raw = args.get(dest) if dest else None
         if isinstance(raw, list):
             values[f.name] = raw
         elif raw is not None:
@@ -250,8 +265,9 @@ def run_cli(main: Callable[[], int | None]) -> None:
 
 # --------------------------------------------------------------------------- shared fields
 
-DEFAULT_MAX_NEW_TOKENS = 500   # SPEC section 8: max new tokens per turn
+DEFAULT_MAX_NEW_TOKENS = 500   # the paper's limit on new tokens per model turn
 DEFAULT_MAX_TOKEN_LENGTH = 4096
+BUNDLED_MODEL_DIR = Path(__file__).resolve().parents[1] / "models" / "textcraft-tiny"
 
 
 def seed_setting() -> Any:
@@ -260,16 +276,6 @@ def seed_setting() -> Any:
 
 def max_new_tokens_setting(what: str = "one model turn") -> Any:
     return setting(DEFAULT_MAX_NEW_TOKENS, minimum=1, help=f"the token limit of {what} (default {DEFAULT_MAX_NEW_TOKENS})")
-
-
-def max_token_length_setting(what: str = "prompt", default: int = DEFAULT_MAX_TOKEN_LENGTH) -> Any:
-    return setting(default, env="MAX_TOKEN_LENGTH", flag=None, minimum=100,
-                   help=f"the {what} budget in tokens; older turns are dropped above it - 60 (default {default})")
-
-
-def task_setting(default: str | None = "textcraft") -> Any:
-    return setting(default, env="TASK", flag=None, help="the environment: textcraft, sciworld or webshop"
-                   + (f" (default {default})" if default else ""))
 
 
 def concurrency_setting(what: str) -> Any:
@@ -281,14 +287,29 @@ def env_server_setting() -> Any:
     return setting(None, help="the env server URL (default: the task's local server, e.g. http://127.0.0.1:36001 "
                    "for textcraft)")
 
+
+def group_values(group: Any) -> dict[str, Any]:
+    """A settings group's field values by name (not copied deeper): how the
+    loop hands a nested group to a script's settings, which include the same
+    group's fields."""
+    return {f.name: getattr(group, f.name) for f in fields(group)}
+
+
 @dataclass
-class BackendSettings:
+class ModelDir:
+    """MODEL_DIR, the one model setting of every script: the model a backend
+    loads and the model a trainer starts from."""
+
+    model_dir: str | None = setting(None, env="MODEL_DIR", flag=None, help="the model: a Hugging Face directory "
+                                    "or hub id (default: the bundled models/textcraft-tiny)")
+
+
+@dataclass
+class BackendSettings(ModelDir):
     """How to reach the model; every script that calls a model nests this."""
 
     backend: str | None = setting(None, env="BACKEND", help="the model backend: vllm | hf | openai | "
                                   "python:MODULE:FACTORY (default: vllm when installed with CUDA, else hf)")
-    model_dir: str | None = setting(None, env="MODEL_DIR", flag=None, help="the policy model directory or hub id "
-                                    "(default: the bundled models/textcraft-tiny)")
     model_name: str | None = setting(None, env="MODEL_NAME", help="the model's name in output paths and for "
                                      "the openai backend (default: the last part of MODEL_DIR)")
     instruction_file: str | None = setting(None, env="AGENTENV_INSTRUCTION_FILE", flag=None,

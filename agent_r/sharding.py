@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Sequence, TypeVar
 
+from agent_r.paths import MANIFEST
 from agent_r.settings import ShardSettings
 
 T = TypeVar("T")
-MANIFEST = "manifest.json"
 
 
 def shard_position(shard: ShardSettings | None) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""The MCTS node and its JSON schema (SPEC section 3, "Tree JSON").
+"""The MCTS node and the JSON schema of a tree file (the reference's "search_results_{idx}.json").
 
 The key set and key order of a serialised node are a compatibility contract:
 tools written for the reference scripts load these files. Run metadata goes in

@@ -14,7 +14,7 @@ Why revision rows are matched here, not in the page: a row of
 path_collection.py stores conversations, not node ids. Each path is found
 again by the identity revision.py made it from (every step's turn and
 observation, see ``revision.node_turn``), and the first bad step and splice
-point are recomputed by the same rules (``revision.make_verdict``,
+point are recomputed by the same rules (``verifier.make_verdict``,
 ``revision.divergence_index``), so the page shows what the data means.
 """
 from __future__ import annotations
@@ -28,12 +28,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agent_r import paths
 from agent_r.conversation import HEAD_LEN
 from agent_r.envs import get_env
 from agent_r.export import read_rows
 from agent_r.io import atomic_write_text
-from agent_r.revision import BAD, divergence_index, node_turn
-from agent_r.revision_data import TREE_FILE
+from agent_r.revision import divergence_index, node_turn
+from agent_r.verifier import BAD
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, run_cli
 from agent_r.tree import Node, TreeFormatError, leaf_paths, load_tree
 
@@ -47,7 +48,7 @@ def max_score(root: Node, path: Path, task: str | None) -> float:
     """The score of a solved task, which makes a leaf a success: the given
     task's, else the one a folder of the path names (mcts_result/textcraft/..),
     else guessed from the scores' scale (SciWorld scores 0-100, the others 0-1)."""
-    task = task or next((part for part in reversed(path.resolve().parts) if part in TASKS), None)
+    task = task or paths.task_of(path)
     if task:
         return get_env(task).max_score
     return 100.0 if any(n.env_score > 1 for n in root.iter_nodes()) else 1.0
@@ -141,8 +142,8 @@ def pair_view(row: dict, paths: PathIndex) -> dict | None:
 
 
 def tree_idx(path: Path) -> str | None:
-    m = TREE_FILE.match(path.name)
-    return m.group(1) if m else None
+    idx = paths.tree_index(path)
+    return None if idx is None else str(idx)
 
 
 def page_data(root: Node, path: Path, rows: list[dict] | None, task: str | None = None,
@@ -203,12 +204,6 @@ def write_tree_page(tree: Path, out: Path, rows: list[dict] | None, task: str | 
     return {**data["summary"], "unmatched": data["unmatched"]}
 
 
-def find_tree_files(folder: Path) -> list[Path]:
-    """search_results_<idx>.json under ``folder`` (any depth), by folder then index."""
-    found = [p for p in folder.rglob("search_results_*.json") if TREE_FILE.match(p.name)]
-    return sorted(found, key=lambda p: (str(p.parent), int(tree_idx(p))))
-
-
 def write_index(out_dir: Path, title: str, entries: list[tuple[str, dict | str]], revisions: bool) -> Path:
     """index.html: one table row per tree, linking its page (or saying why it
     has none). Plain HTML: a run has tens to thousands of trees, no script needed."""
@@ -232,8 +227,8 @@ def write_index(out_dir: Path, title: str, entries: list[tuple[str, dict | str]]
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{style}</style></head><body><h1>{html.escape(title)}</h1>"
             f'<p>{len(entries)} trees</p><table id="trees">{"".join(lines)}</table></body></html>\n')
-    atomic_write_text(out_dir / "index.html", page)
-    return out_dir / "index.html"
+    atomic_write_text(paths.viewer_index(out_dir), page)
+    return paths.viewer_index(out_dir)
 
 
 def write_folder(folder: Path, out_dir: Path, rows: list[dict] | None, task: str | None = None
@@ -241,16 +236,16 @@ def write_folder(folder: Path, out_dir: Path, rows: list[dict] | None, task: str
     """A page per tree under ``folder`` (the same sub-folders under
     ``out_dir``) and index.html; a file that is not a tree is listed in the
     index with its error, and the other pages are still written."""
-    trees = find_tree_files(folder)
+    trees = paths.find_tree_files(folder)
     if not trees:
         raise UsageError(f"{folder} holds no search_results_<idx>.json tree: point at mcts_collection.py's "
                          "output folder (or one above it)")
     entries: list[tuple[str, dict | str]] = []
     for tree in trees:
-        rel = tree.relative_to(folder).with_suffix(".html")
-        page = out_dir / rel
+        page = paths.viewer_page(out_dir, tree.relative_to(folder))
+        rel = page.relative_to(out_dir)
         try:
-            info = write_tree_page(tree, page, rows, task, os.path.relpath(out_dir / "index.html", page.parent))
+            info = write_tree_page(tree, page, rows, task, os.path.relpath(paths.viewer_index(out_dir), page.parent))
         except TreeFormatError as exc:
             info = str(exc)
         entries.append((rel.as_posix(), info))
@@ -288,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if not source.is_file():
         raise UsageError(f"{source} does not exist: give a search_results_<idx>.json tree or a folder of them")
     if out.is_dir():
-        out = out / source.with_suffix(".html").name
+        out = paths.viewer_page(out, source.name)
     info = write_tree_page(source, out, rows, args.task)
     print(f"wrote {out} ({info['nodes']} nodes, {info['leaves']} leaves, {info['successes']} successful"
           + (f", {info['pairs']} revision pairs" if rows is not None else "") + ")")

@@ -12,19 +12,17 @@ model: per_call + per_token x longest completion of a call):
 Sample i of a request is the same text in both runs, so both produce the same
 trees (checked) and the difference is pure scheduling.
 
-    .venv/bin/python bench/bench_collection.py --tasks 16 --concurrency 16
+    .venv/bin/python -m bench.bench_collection --tasks 16 --concurrency 16
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r import envs  # noqa: E402
 from agent_r.llm import GenerationRequest, SamplingConfig  # noqa: E402

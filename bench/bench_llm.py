@@ -4,17 +4,15 @@ Builds tiny random Llamas (as the tests do) and samples the same 16
 conversations both ways; prints generated tokens per second. Tokens are the
 completions re-tokenized, so early-eos samples count only what they produced.
 
-    .venv/bin/python bench/bench_llm.py [--max-new-tokens 64] [--hidden 64,256] [--threads 1]
+    .venv/bin/python -m bench.bench_llm [--max-new-tokens 64] [--hidden 64,256] [--threads 1]
 """
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Verifier cost: the reference's per-pair, per-step calls vs ours (each distinct
 low path once, all steps of many trees in one batched call).
 
-    .venv/bin/python bench/bench_revision.py [--trees 8] [--per_call 0.05] [--per_token 0.01]
+    .venv/bin/python -m bench.bench_revision [--trees 8] [--per_call 0.05] [--per_token 0.01]
 
 The model is LatencyModelBackend (a test double that sleeps like a GPU server:
 a batched call costs about what its longest member costs) answering with a
@@ -15,14 +15,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from agent_r import revision  # noqa: E402
+from agent_r import revision, verifier  # noqa: E402
 from agent_r.llm import GenerationRequest, SamplingConfig  # noqa: E402
 from agent_r.revision_data import PathSettings  # noqa: E402
 from tests.support import tree_fixtures as tf  # noqa: E402
@@ -59,10 +57,10 @@ def reference_style(plans, cfg, backend) -> list[int]:
         for _, low in plan.pairs:
             history, cut = [], len(low)
             for k, node in enumerate(low, start=1):
-                msgs = revision.verifier_messages(task, history, node.action, node.obs, k)
+                msgs = verifier.verifier_messages(task, history, node.action, node.obs, k)
                 reply = backend.generate([GenerationRequest(msgs)], SamplingConfig(temperature=0.0, max_new_tokens=64))[0][0]
                 history.append((node.action, node.obs))
-                if revision.parse_judgement(reply) == revision.BAD:
+                if verifier.parse_judgement(reply) == verifier.BAD:
                     cut = k
                     break
             cuts.append(cut)

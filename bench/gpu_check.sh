@@ -28,8 +28,8 @@ has() { [[ ",$PARTS," == *",$1,"* ]]; }
 if [[ "${LOCAL:-0}" == 1 ]]; then
     PY=${PY:-.venv/bin/python}
     TRAIN_PY=${TRAIN_PY:-$(pwd)/.venv-train/bin/python}
-    TRAIN_PYTHONPATH=$(pwd)/tests/train/support
-    TRAIN_ARGS=(--config "$(pwd)/tests/train/cpu_config.py" --deepspeed "$(pwd)/tests/train/support/deepspeed_zero2_cpu.json"
+    TRAIN_PYTHONPATH=$(pwd)/tests/training/support
+    TRAIN_ARGS=(--config "$(pwd)/tests/training/cpu_config.py" --deepspeed "$(pwd)/tests/training/support/deepspeed_zero2_cpu.json"
                 --max_length 512)
     SHAPES=${SHAPES:-tiny}
     TP_ARGS=(--batches 4,8 --max_new_tokens 8 --repeats 1)

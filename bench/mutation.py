@@ -1,8 +1,8 @@
 """Mutation testing of the core (not CI: it runs the tests once per mutant).
 
-    .venv/bin/python bench/mutation.py                    # all core modules, results in /tmp/agent-r-mutation
-    .venv/bin/python bench/mutation.py --modules io,tree  # some of them
-    .venv/bin/python bench/mutation.py --report           # only summarise a finished (or stopped) run
+    .venv/bin/python -m bench.mutation                    # all core modules, results in /tmp/agent-r-mutation
+    .venv/bin/python -m bench.mutation --modules io,tree  # some of them
+    .venv/bin/python -m bench.mutation --report           # only summarise a finished (or stopped) run
 
 mutmut (https://github.com/boxed/mutmut, 3.x) plants one small bug at a time
 (a flipped comparison, an off-by-one, a changed string or number, a dropped
@@ -47,27 +47,30 @@ LIB = ROOT / ".venv-mutmut"
 MUTMUT = ["mutmut==3.8.1", "coverage==7.17.3", "libcst==1.9.0", "linkify-it-py==2.2.0", "mdit-py-plugins==0.7.0",
           "platformdirs==4.14.7", "setproctitle==1.3.8", "textual==8.2.8"]
 MODULES = {
-    "tree": "agent_r/tree.py", "search": "agent_r/search.py", "revision": "agent_r/revision.py",
-    "export": "agent_r/export.py", "conversation": "agent_r/conversation.py", "io": "agent_r/io.py",
+    "tree": "agent_r/tree.py", "mcts": "agent_r/mcts.py", "search": "agent_r/search.py",
+    "revision": "agent_r/revision.py", "verifier": "agent_r/verifier.py", "export": "agent_r/export.py",
+    "conversation": "agent_r/conversation.py", "io": "agent_r/io.py",
     "client_base": "agentenv_client/base.py", "client_textcraft": "agentenv_client/textcraft.py",
     "client_sciworld": "agentenv_client/sciworld.py", "client_webshop": "agentenv_client/webshop.py",
 }
-# In-process tests of those modules (files or node ids). mutmut picks, per
-# mutant, the ones that ran the mutated function.
+# In-process tests of those modules (files, folders or node ids). mutmut picks,
+# per mutant, the ones that ran the mutated function.
 TESTS = [
-    "tests/test_core.py", "tests/test_search.py", "tests/test_search_splits.py", "tests/test_revision.py",
-    "tests/test_export.py", "tests/test_faithful_dpo_trl.py", "tests/test_faithful_revision_pairs.py",
-    "tests/test_faithful_sciworld_actions.py", "tests/test_faithful_tree_json.py", "tests/test_env_textcraft.py",
-    "tests/test_env_sciworld.py", "tests/test_env_webshop.py", "tests/test_spec_clients.py", "tests/test_spec_eval.py",
-    "tests/test_spec_io.py", "tests/test_spec_revision.py", "tests/test_spec_sciworld.py", "tests/test_spec_search.py",
-    "tests/test_spec_conversation.py", "tests/test_spec_export.py", "tests/test_spec_tree.py", "tests/test_spec_survivors.py",
-    "tests/test_eval_scripted.py", "tests/test_path_collection.py",
-    "tests/test_faults_env.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
-    "tests/test_faults_env.py::test_tree_fails_after_the_bounded_restarts",
-    "tests/test_faults_input.py::test_odd_unicode_observations_round_trip",
+    "tests/conversation", "tests/storage", "tests/search", "tests/revision/test_pairs.py",
+    "tests/revision/test_verifier.py", "tests/revision/test_splice.py", "tests/revision/test_collection_run.py",
+    "tests/revision/test_part_cache.py",
+    "tests/revision/test_settings.py", "tests/export/test_xtuner.py", "tests/export/test_dpo.py",
+    "tests/export/test_dpo_trl.py", "tests/export/test_rows.py", "tests/export/test_cli.py",
+    "tests/evaluation/test_episode.py", "tests/evaluation/test_resume.py",
+    "tests/revision/test_verifier_edges.py", "tests/revision/test_pair_cap.py", "tests/export/test_good_samples.py",
+    "tests/envs/test_sciworld_actions.py", "tests/clients", "tests/servers/test_textcraft_game.py",
+    "tests/servers/test_textcraft_server.py", "tests/servers/test_sciworld_server.py",
+    "tests/servers/test_restarts.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
+    "tests/servers/test_restarts.py::test_tree_fails_after_the_bounded_restarts",
+    "tests/cli/test_odd_text.py::test_odd_unicode_observations_round_trip",
 ]
 # slow and about the server's JVMs, not the client: left to the normal suite
-DESELECT = ["tests/test_env_sciworld.py::test_create_reset_close_cycles_free_their_jvms"]
+DESELECT = ["tests/servers/test_sciworld_server.py::test_create_reset_close_cycles_free_their_jvms"]
 COPY = ["agentenv_servers/", "scripts/", "xtuner_config/", "models/", "mcts_collection.py", "path_collection.py",
         "eval.py", "pytest.ini"]
 

@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from agent_r import paths
+from agent_r.envs import get_env
 from agent_r.settings import UsageError, run_cli
 from agent_r.tree import leaf_paths, load_tree
 
@@ -20,12 +22,13 @@ def summarize(run: Path) -> dict:
     if not results.exists():
         raise UsageError(f"{results} does not exist: run scripts/demo.sh (or iterate.py --name ...) first")
     rows = json.loads(results.read_text(encoding="utf-8"))["rows"]
-    trees = sorted((run / "iter_1" / "trees").glob("*/*/*/search_results_*.json"))
+    trees = paths.find_tree_files(run / "iter_1" / "trees")
     leaves = successes = solved = 0
     for path in trees:
-        paths = leaf_paths(load_tree(path))
-        wins = sum(1 for p in paths if p[-1].value > 0)
-        leaves, successes, solved = leaves + len(paths), successes + wins, solved + (wins > 0)
+        spec = get_env(paths.task_of(path) or "textcraft")       # .../<task>/<model>/search_results_<i>.json
+        ends = [p[-1] for p in leaf_paths(load_tree(path))]
+        wins = sum(1 for leaf in ends if spec.is_success(leaf.env_score))   # a full score, not a partial one
+        leaves, successes, solved = leaves + len(ends), successes + wins, solved + (wins > 0)
     first = next((r for r in rows if r["iteration"] == 1), {})
     per_task = first.get("data", {}).get("tasks", {}).values()
     return {

@@ -34,12 +34,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from agent_r import paths
 from agent_r.io import atomic_write_jsonl
 from agent_r.llm import BUNDLED_MODEL, Backend, chat_token_count, load_tokenizer
-from agent_r.revision import BAD, GOOD, UNCERTAIN, _fit_history
 from agent_r.revision_data import PathSettings
 from agent_r.settings import UsageError, run_cli, setup_logging
 from agent_r.tree import leaf_paths, load_tree
+from agent_r.verifier import BAD, GOOD, UNCERTAIN, fit_history
 from agentenv_servers.textcraft_env import TextCraftGame, item_text, load_recipe_book
 from agentenv_servers.textcraft_expert import NOT_OF_KIND, parse_observation, solve
 from scripts.make_expert_data import episode_games, rename_text, renaming, train_indices
@@ -132,7 +133,7 @@ def verifier_reply(label: str, reason: str) -> str:
 # --------------------------------------------------------------------------- prompts
 
 class TokenCounter(Backend):
-    """A backend that only counts tokens (what _fit_history asks of one), with
+    """A backend that only counts tokens (what fit_history asks of one), with
     the context limit the hf backend reports for the model."""
 
     name = "token-counter"
@@ -161,7 +162,7 @@ def example(counter, cfg, task: str, history: list[Step], action: str, obs: str,
     for this step, and the reply (the only trained message)."""
     label, reason = ground_truth(task, action, obs)
     r = functools.partial(rename_text, mapping=mapping)
-    messages = _fit_history(counter, cfg, r(task), [(r(a), r(o)) for a, o in history], r(action), r(obs),
+    messages = fit_history(counter, cfg, r(task), [(r(a), r(o)) for a, o in history], r(action), r(obs),
                             len(history) + 1)
     return {"label": label, "step_no": len(history) + 1,
             "messages": messages + [{"role": "assistant", "content": verifier_reply(label, r(reason)), "loss": True}]}
@@ -231,10 +232,9 @@ def expert_steps(indices: list[int], seed: int, episodes: tuple[int, int], per_e
 
 def tree_steps(folders: list[str], seed: int, per_tree: int, train: set[int]):
     """Distinct steps of the leaf paths of search trees on train tasks (test trees refused)."""
-    files = sorted(p for f in folders for p in Path(f).glob("search_results_*.json"))
+    files = sorted((path, idx) for f in folders for idx, path in paths.tree_files(f))
     book = load_recipe_book()
-    for path in tqdm(files, desc="tree steps"):
-        idx = int(path.stem.rsplit("_", 1)[1])
+    for path, idx in tqdm(files, desc="tree steps"):
         if idx not in train:
             raise UsageError(f"{path}: task {idx} is not a train task; verifier data uses train tasks only")
         root = load_tree(path)

@@ -4,12 +4,6 @@ models built locally. Each support module owns one family of fixtures.
 Property-based tests (hypothesis) run under one fixed profile: derandomized
 (the same draws on every run, so CI never fails by luck), no deadline (a busy
 2-core box is slow, not wrong), no example database written into the tree."""
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from tests.support.env_fixtures import *  # noqa: E402,F401,F403
 from tests.support.model_fixtures import *  # noqa: E402,F401,F403

@@ -1,10 +1,11 @@
 # Agent-R: full fine-tuning of Llama-3.1-8B-Instruct with XTuner (mmengine config).
 #
-#   DATA_FILES=train.json MODEL_DIR=/models/Llama-3.1-8B-Instruct \
+#   PYTHONPATH=. DATA_FILES=train.json MODEL_DIR=/models/Llama-3.1-8B-Instruct \
 #       xtuner train xtuner_config/agent_r_llama3_8b_full.py --deepspeed deepspeed_zero2
 #
-# or xtuner_config/train.sh, which also converts the result to a Hugging Face
-# model directory. Settings come from environment variables (docs/training.md).
+# or xtuner_config/train.sh, which sets PYTHONPATH and also converts the result
+# to a Hugging Face model directory. Settings come from environment variables
+# (agent_r/training/settings.py, docs/training.md).
 # Defaults are XTuner's reference values for this model (llama3_8b_instruct_full_alpaca_e3):
 # the paper does not publish its learning rate or epochs.
 #
@@ -12,8 +13,6 @@
 # read through XTuner's openai_map_fn so that each assistant message's "loss"
 # flag decides whether it is trained (the bad prefix of a revision sample is
 # not), optionally mixed with ShareGPT-style general data (GENERAL_DATA, ETA).
-
-import sys
 
 from mmengine.dataset import DefaultSampler
 from mmengine.hooks import (CheckpointHook, DistSamplerSeedHook, IterTimerHook, LoggerHook,
@@ -29,18 +28,24 @@ from xtuner.engine.runner import TrainLoop
 from xtuner.model import SupervisedFinetune
 from xtuner.utils import PROMPT_TEMPLATE
 
-from xtuner_config.data import load_agent_r_dataset
+from agent_r.training.data import load_agent_r_dataset
 
 #######################################################################
 #                          Settings (env vars)                        #
 #######################################################################
 # mmengine parses this file lazily: the imports above are placeholders until
 # the runner builds objects, so the settings are read through a plain call.
-# `xtuner train` runs from XTuner's install, so make this repository importable.
-_repo_root = __file__.replace("\\", "/").rsplit("/", 2)[0]
-if _repo_root not in sys.path:
-    sys.path.insert(0, _repo_root)
-_s = __import__("xtuner_config.settings", fromlist=["from_env"]).from_env()
+# The repository must be importable: xtuner_config/train.sh (and iterate.py,
+# which runs it) put it on PYTHONPATH; with the plain `xtuner train`, set
+# PYTHONPATH=<this repository> yourself.
+try:
+    _s = __import__("agent_r.training.settings", fromlist=["from_env"]).from_env()
+except ModuleNotFoundError as _missing:
+    if _missing.name != "agent_r":
+        raise
+    raise ModuleNotFoundError("this config imports agent_r: put the Agent-R repository on PYTHONPATH "
+                              "(PYTHONPATH=/path/to/agent-r xtuner train ...), or run xtuner_config/train.sh, "
+                              "which does") from None
 
 pretrained_model_name_or_path = _s.model_dir
 prompt_template = PROMPT_TEMPLATE.llama3_chat  # the export counts tokens with a copy (agent_r.export)
@@ -163,4 +168,4 @@ resume = False
 randomness = dict(seed=_s.seed, deterministic=False)
 log_processor = dict(by_epoch=False)
 
-del _repo_root, _s, sys  # helpers, not settings
+del _s  # a helper, not a setting

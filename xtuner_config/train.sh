@@ -6,8 +6,9 @@
 #       bash xtuner_config/train.sh [extra `xtuner train` arguments...]
 #
 # Launch: NPROC_PER_NODE, NNODES, NODE_RANK, ADDR, PORT as for `xtuner train`
-# (torchrun when more than one process). Settings: the config's environment
-# variables (docs/training.md), plus
+# (torchrun when more than one process). The repository is put on PYTHONPATH
+# (the config imports agent_r). Settings: the config's environment variables
+# (docs/training.md), plus
 #   CONFIG      config file            (xtuner_config/agent_r_llama3_8b_full.py)
 #   DEEPSPEED   XTuner DeepSpeed name or JSON path, "none" to train without
 #               DeepSpeed                             (deepspeed_zero2)
@@ -23,6 +24,9 @@ set -euo pipefail
 die() { echo "error: $*" >&2; exit 2; }
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# The config imports agent_r (its settings and data loaders): the repository
+# goes first on the import path of every process started below.
+export PYTHONPATH="$(dirname "$HERE")${PYTHONPATH:+:$PYTHONPATH}"
 CONFIG="${CONFIG:-$HERE/agent_r_llama3_8b_full.py}"
 DEEPSPEED="${DEEPSPEED:-deepspeed_zero2}"
 NPROC_PER_NODE="${NPROC_PER_NODE:-1}"

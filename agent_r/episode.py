@@ -1,0 +1,107 @@
+"""One evaluation episode as a job of the batch driver (agent_r.driver).
+
+``Episode.run(client)`` is a generator: reset the env to the task (replaying
+a failed prefix first for the revision task), then per step yield one request
+for the next model turn and step the parsed action, until the env says done,
+a disaster (negative reward: the episode ends with score 0) or ``max_steps``
+model turns. The driver answers the requests of every live episode with one
+model call. Each request carries a seed derived from (seed, task, model step),
+so a deterministic backend gives the same trajectory at any concurrency, after
+an env restart and after a resume. The run around it (resume, result files,
+manifest, summary) is agent_r/evaluation.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generator, NamedTuple
+
+from agent_r import conversation as conv
+from agent_r.envs import EnvSpec
+from agent_r.llm import GenerationRequest, derive_seed
+
+
+class Task(NamedTuple):
+    """One episode to run: a task index, optionally a failed prefix to replay."""
+
+    idx: int
+    key: str                            # result file key: "12", or "12_0" for a revise row
+    prefix_turns: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EpisodeSetup:
+    """What every episode of a run shares."""
+
+    spec: EnvSpec
+    model_name: str
+    max_steps: int
+    seed: int
+
+
+class _Trajectory:
+    """An episode's state so far; turned into the result file at its end."""
+
+    def __init__(self, task: Task, setup: EpisodeSetup, client: Any):
+        self.task, self.setup, self.client = task, setup, client
+        self.messages: list[dict] = []
+        self.step_num = 0          # env steps taken (replayed + model)
+        self.model_steps = 0       # steps the evaluated model chose
+        self.score = 0.0
+
+    def act(self, turn: str) -> str | None:
+        """Step one turn's action; how the episode ended, or None."""
+        spec = self.setup.spec
+        out = self.client.step(spec.prepare_action(self.client, conv.parse_action(turn)))
+        self.step_num += 1
+        self.messages = conv.append_turn(self.messages, turn, out.state)
+        scored = spec.step_score(out.reward)
+        self.score = scored.score
+        return "disaster" if scored.disaster else "done" if out.done else None
+
+    def result(self, ended_by: str, error: str | None = None) -> dict[str, Any]:
+        failed = ended_by == "error"
+        return {
+            "task_id": self.task.idx,
+            "env_score": 0.0 if failed else self.score,
+            "model_name": self.setup.model_name,
+            "step_num": self.step_num,
+            "state": self.messages,
+            "success": not failed and self.setup.spec.is_success(self.score),
+            "ended_by": ended_by,
+            "model_steps": self.model_steps,
+            "replayed_steps": len(self.task.prefix_turns),
+            "error": error,
+        }
+
+
+class Episode:
+    """A driver job: reset, replay the revise prefix, then one model turn per
+    request until done, a disaster or ``max_steps`` model turns. The driver
+    reruns ``run`` from scratch on a fresh client after an env error."""
+
+    def __init__(self, task: Task, setup: EpisodeSetup):
+        self.task, self.setup = task, setup
+        self.key = task.key
+        self._last: _Trajectory | None = None   # the latest attempt, for the failure record
+
+    def run(self, client: Any) -> Generator[GenerationRequest, list[str], dict[str, Any]]:
+        traj = self._last = _Trajectory(self.task, self.setup, client)
+        client.reset(self.task.idx)
+        traj.messages = conv.initial_conversation(client.instruction, client.observe())
+        for turn in self.task.prefix_turns:
+            ended = traj.act(turn)
+            if ended:
+                return traj.result(ended)
+        while True:
+            samples = yield GenerationRequest(traj.messages, n=1,
+                                              seed=derive_seed(self.setup.seed, self.key, traj.model_steps))
+            traj.model_steps += 1
+            ended = traj.act(samples[0])
+            if ended or traj.model_steps >= self.setup.max_steps:
+                return traj.result(ended or "step_limit")
+
+    def failed(self, exc: BaseException) -> dict[str, Any]:
+        """The result file of an episode whose env kept failing: the last
+        attempt's trajectory, score 0; a rerun redoes it."""
+        traj = self._last or _Trajectory(self.task, self.setup, None)
+        return traj.result("error", error=f"{type(exc).__name__}: {exc}")

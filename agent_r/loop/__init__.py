@@ -1,0 +1,29 @@
+"""Agent-R's self-training loop behind ``iterate.py`` (docs/iterate.md).
+
+For k = 1..ITERATIONS and each variant, with policy model_{k-1}
+(model_0 = MODEL_DIR): search the train split, build revision data
+(``agent-r``: the policy finds the first bad step; ``direct``: the whole bad
+path is the prefix; ``good``: good paths only) and good data, export one XTuner
+file (all tasks pooled), fine-tune, and evaluate model_k on every task's test
+split and on the revision task. Iteration 0 is the base model's evaluation.
+
+Which model iteration k starts from: model_{k-1}, fine-tuned on the data its
+own search produced (``TRAIN_FROM=previous``, the default): each iteration
+trains only on new data and the policy that made the data is the one that
+learns from it. ``TRAIN_FROM=base`` instead fine-tunes the base model on the
+data of iterations 1..k pooled, which cannot drift further from the base than
+one training run but costs k times the training.
+
+  settings     IterateSettings: the loop's own settings, the stages' knob groups nested
+  layout       where a run's files go (runs/<name>/iter_<k>/...)
+  models       the model each stage uses; one live backend at a time
+  stages       done-markers; the search, data and eval stages
+  train        which trainer; XTuner as a subprocess
+  revise_task  the revision task's episodes
+  results      results.json / .md / .png
+  runner       the whole run (``run``)
+"""
+from agent_r.loop.runner import LoopResult, run
+from agent_r.loop.settings import IterateSettings
+
+__all__ = ["IterateSettings", "LoopResult", "run"]

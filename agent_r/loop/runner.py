@@ -1,0 +1,164 @@
+"""One run of the loop: the checks that can fail in seconds, then iteration 0
+(the base model's eval) and, for k = 1..ITERATIONS and each variant, search,
+data, train and eval, each stage resumed or skipped by its done-marker
+(agent_r/loop/stages.py); a results row per finished iteration."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from tqdm import tqdm
+
+from agent_r.envs import get_env, identify_server
+from agent_r.knobs import EVAL_PROMPT_BUDGET
+from agent_r.llm import resolve_model_dir
+from agent_r.loop import stages
+from agent_r.loop.layout import BASE, Layout
+from agent_r.loop.models import ModelPool, Policy, policy
+from agent_r.loop.results import markdown, write_results
+from agent_r.loop.settings import IterateSettings
+from agent_r.loop.stages import StageIncomplete, run_stage
+from agent_r.loop.train import check_trainer, train_stage
+from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
+
+log = logging.getLogger(__name__)
+
+STAGES_PER_ITERATION = 4   # search, data, train, eval
+
+
+@dataclass
+class Loop:
+    """One run of the loop: its settings, paths, models and finished rows."""
+
+    settings: IterateSettings
+    layout: Layout
+    pool: ModelPool
+    trainer: str
+    base: Policy
+    rows: list[dict] = field(default_factory=list)
+    progress: Any = None
+    seconds: dict[str, float] = field(default_factory=dict)   # of the row being built, per stage
+
+    def stage(self, k: int, variant: str, name: str, folder: Path, work: Callable[[], dict]) -> dict:
+        self.progress.set_description(f"iteration {k}/{self.settings.iterations} {variant}: {name}")
+        log.info("iteration %d, %s: %s -> %s", k, variant, name, folder)
+        stats, self.seconds[name] = run_stage(folder, name, work)
+        self.progress.update(1)
+        return stats
+
+    def finish_row(self, row: dict) -> dict:
+        row["seconds"], self.seconds = self.seconds, {}
+        self.rows.append(row)
+        return row
+
+    def model(self, k: int, variant: str) -> Policy:
+        """model_k of a variant (model_0 is the base model); an iteration
+        without training data keeps the model it started from."""
+        if k == 0:
+            return self.base
+        hf = self.layout.hf(k, variant)
+        if not hf.exists():
+            return self.model(k - 1, variant)
+        return policy(self.settings.backend, f"{variant}-iter{k}", str(hf))
+
+    def base_row(self) -> dict:
+        s, folder = self.settings, self.layout.eval(0, BASE)
+        stats = self.stage(0, BASE, "eval", folder,
+                           lambda: stages.eval_stage(s, self.pool, folder, self.base, None))
+        return self.finish_row({"iteration": 0, "variant": BASE, "model": self.layout.shown(self.base.model_dir),
+                                "started_from": None, **stats})
+
+    def iteration_row(self, k: int, variant: str) -> dict:
+        s, lay = self.settings, self.layout
+        prev = self.model(k - 1, variant)
+        trees = lay.trees(k, BASE if k == 1 else variant)
+        searched = self.stage(k, variant, "search", trees, lambda: stages.search_stage(s, self.pool, trees, prev))
+        data_dir = lay.data(k, variant)
+        data = self.stage(k, variant, "data", data_dir, lambda: stages.data_stage(
+            s, self.pool, trees, data_dir, variant, prev, lay.export(k, variant)))
+        start, files = self.training_plan(k, variant, prev)
+        model_dir = lay.model(k, variant)
+        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir))
+        model = self.model(k, variant)
+        evals = self.stage(k, variant, "eval", lay.eval(k, variant), lambda: stages.eval_stage(
+            s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
+        return self.finish_row({"iteration": k, "variant": variant, "model": lay.shown(model.model_dir),
+                                "started_from": lay.shown(start if files else prev.model_dir), **evals,
+                                "search": searched, "data": data, "train": trained})
+
+    def training_plan(self, k: int, variant: str, prev: Policy) -> tuple[str, list[str]]:
+        """(the model fine-tuned, the export files it learns from) for model_k:
+        TRAIN_FROM=previous fine-tunes model_{k-1} on iteration k's export,
+        base fine-tunes the base model on the exports of iterations 1..k."""
+        if self.settings.train_from == "base":
+            start, rounds = resolve_model_dir(self.base.model_dir), range(1, k + 1)
+        else:
+            start, rounds = resolve_model_dir(prev.model_dir), range(k, k + 1)
+        files = [str(self.layout.export(j, variant)) for j in rounds if self.layout.export(j, variant).exists()]
+        return start, files
+
+    def train(self, start: str, files: list[str], out: Path) -> dict:
+        if not files:
+            log.warning("no training samples: %s keeps the model it started from", out)
+            return {"trainer": None, "skipped": "no training samples"}
+        return train_stage(self.settings, self.pool, self.trainer, start, files, out)
+
+
+@dataclass
+class LoopResult:
+    """What ``run`` did; the script prints ``table`` and returns ``exit_code``."""
+
+    root: Path
+    rows: list[dict]
+    table: str
+    incomplete: Optional[str] = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_ITEMS_FAILED if self.incomplete else EXIT_OK
+
+
+def check_inputs(s: IterateSettings) -> tuple[str, str]:
+    """(base model dir, trainer), after every check that can fail in seconds:
+    settings, MODEL_DIR, the trainer's environment, the env servers."""
+    s.finish()
+    openai = (s.backend.backend or "").strip() == "openai"
+    if openai and s.iterations > 0:
+        raise UsageError("backend openai serves one fixed model, but iterate.py loads each new model_k: use "
+                         "--backend vllm or hf (ITERATIONS=0 evaluates a served model)")
+    base = s.backend.model_dir or "" if openai else resolve_model_dir(s.backend.model_dir)
+    trainer = check_trainer(s) if s.iterations > 0 else "none"
+    for task in s.tasks:
+        identify_server(s.servers[task], get_env(task))   # reachable, and serving this task
+    return base, trainer
+
+
+def stage_count(s: IterateSettings) -> int:
+    return 1 + s.iterations * len(s.variant_list) * STAGES_PER_ITERATION
+
+
+def run(s: IterateSettings) -> LoopResult:
+    """iterate.py's whole job; resumes a run of the same name."""
+    base_dir, trainer = check_inputs(s)
+    layout = Layout(Path(s.runs_dir) / s.name)
+    # one engine serves every stage: sized for the largest prompt budget (eval's by default)
+    pool = ModelPool(s.seed, (s.max_token_length or EVAL_PROMPT_BUDGET) + s.max_new_tokens)
+    loop = Loop(s, layout, pool, trainer, policy(s.backend, BASE, base_dir))
+    incomplete = None
+    try:
+        with tqdm(total=stage_count(s), unit="stage") as loop.progress:
+            loop.base_row()
+            write_results(s, layout, loop.rows, trainer)
+            for k in range(1, s.iterations + 1):
+                for variant in s.variant_list:
+                    loop.iteration_row(k, variant)
+                    write_results(s, layout, loop.rows, trainer)
+    except StageIncomplete as exc:
+        incomplete = f"{exc}; rerun the same command to retry (finished stages are kept)"
+    finally:
+        loop.pool.close()
+    if loop.rows:
+        write_results(s, layout, loop.rows, trainer)
+    return LoopResult(layout.root, loop.rows, markdown(s, loop.rows), incomplete)

@@ -1,0 +1,90 @@
+"""Every setting of ``iterate.py``: its own, and the knob groups of the stages
+it runs, nested whole (declared once in agent_r/knobs.py, the training knobs
+in agent_r/training/settings.py), so ITERA, ALPHA or LR mean here exactly what
+they mean to mcts_collection.py, path_collection.py and the trainers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from agent_r.envs import get_env
+from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice
+from agent_r.settings import BackendSettings, UsageError, max_new_tokens_setting, nested, setting
+from agent_r.training.settings import TrainKnobs
+
+VARIANTS = ("agent-r", "direct", "good")
+
+
+@dataclass
+class IterateSettings(TaskChoice, PromptBudget):
+    """Flag > env var > default. TASK takes several environments,
+    comma-separated; MAX_TOKEN_LENGTH unset leaves each stage its own budget
+    (search and verifier 4096, eval 7000)."""
+
+    name: str = setting("run", help="the run's folder under --runs_dir; a rerun with the same name resumes "
+                        "(default run)")
+    runs_dir: str = setting("runs", help="the root of all runs (default runs)")
+    variants: str = setting("agent-r", env="VARIANTS", help="comma-separated: agent-r (the model finds the first "
+                            "bad step), direct (revise off), good (good paths only) (default agent-r)")
+    iterations: int = setting(3, env="ITERATIONS", minimum=0, help="self-training iterations after the base "
+                              "model's evaluation (default 3, the paper's)")
+    train_from: str = setting("previous", env="TRAIN_FROM", choices=("previous", "base"),
+                              help="previous: model_k = model_{k-1} fine-tuned on iteration k's data; base: the "
+                              "base model fine-tuned on iterations 1..k pooled (default previous)")
+    # which train tasks are searched (mcts_collection.py's flags)
+    min: int = setting(0, help="lowest train task index (position for sciworld) searched (default 0)")
+    max: Optional[int] = setting(None, help="train task indices (positions for sciworld) < MAX (default all)")
+    task_iteration: int = setting(5, minimum=1, help="sciworld: variations per task number (default 5)")
+    split_file: Optional[str] = setting(None, help="a task list to search instead of the train list "
+                                        "(mcts_collection.py --split_file; test tasks in it are still never "
+                                        "searched); one TASK only (default none)")
+    # the export (path_collection.py export's flag)
+    good_ratio: float = setting(1.0, help="good samples per revision sample in the export, -1 = all (default 1)")
+    # which trainer
+    trainer: str = setting("auto", env="TRAINER", choices=("auto", "xtuner", "cpu"),
+                           help="xtuner (xtuner_config/train.sh in TRAIN_VENV), cpu (agent_r/training/cpu.py, "
+                           "tiny models), auto = xtuner when CUDA is available, else cpu (default auto)")
+    train_venv: str = setting(".venv-train", env="TRAIN_VENV", flag=None, help="the XTuner environment "
+                              "(default .venv-train)")
+    xtuner_config: Optional[str] = setting(None, env="CONFIG", flag=None, help="XTuner config (default "
+                                           "xtuner_config/agent_r_llama3_8b_full.py)")
+    deepspeed: str = setting("deepspeed_zero2", env="DEEPSPEED", flag=None, help="XTuner DeepSpeed name or JSON "
+                             "path, none = off (default deepspeed_zero2)")
+    # evaluation (eval.py's names where it has them)
+    eval_temperature: float = setting(0.0, env="EVAL_TEMP", minimum=0.0, help="evaluation temperature "
+                                      "(default 0, greedy)")
+    eval_limit: Optional[int] = setting(None, minimum=1, help="the first N test tasks per task (default all)")
+    eval_max_steps: int = setting(100, minimum=1, help="model turns per evaluated episode (default 100)")
+    revise_limit: int = setting(20, minimum=0, help="revision-task episodes per task: the base model's first N "
+                                "failed test episodes, continued by each model (0 = off; default 20)")
+    # every stage
+    max_new_tokens: int = max_new_tokens_setting()
+    concurrency: int = setting(8, minimum=1, help="trees searched / episodes played at once (default 8)")
+    seed: int = setting(0, help="the run seed (default 0)")
+    env_server_base: Optional[str] = setting(None, help="env server URL, comma-separated per TASK entry "
+                                             "(default: each task's local server)")
+    # the stages' knob groups
+    search: SearchKnobs = nested(SearchKnobs)
+    pairs: PairKnobs = nested(PairKnobs)
+    train: TrainKnobs = nested(TrainKnobs)
+    backend: BackendSettings = nested(BackendSettings)
+
+    def finish(self) -> None:
+        """Lists parsed and checked once, so every later error is about the run."""
+        self.tasks = [get_env(t.strip()).name for t in (self.task or DEFAULT_TASK).split(",") if t.strip()]
+        if not self.tasks:
+            raise UsageError("TASK is empty: set it to textcraft, sciworld or webshop (or several, comma-separated)")
+        self.task = ",".join(self.tasks)
+        self.variant_list = [v.strip() for v in self.variants.split(",") if v.strip()]
+        bad = [v for v in self.variant_list if v not in VARIANTS]
+        if bad or not self.variant_list:
+            raise UsageError(f"VARIANTS={self.variants!r}: unknown variant {bad[0] if bad else '(none)'!r}; "
+                             f"choose from {', '.join(VARIANTS)} (comma-separated)")
+        if self.split_file is not None and len(self.tasks) > 1:
+            raise UsageError(f"--split_file lists the tasks of one environment, but TASK={self.task!r} names "
+                             f"{len(self.tasks)}: run without it, or one TASK")
+        servers = [u.strip() for u in (self.env_server_base or "").split(",") if u.strip()]
+        if servers and len(servers) != len(self.tasks):
+            raise UsageError(f"--env_server_base has {len(servers)} URLs for {len(self.tasks)} tasks: give one "
+                             "per TASK entry, in the same order")
+        self.servers = dict(zip(self.tasks, servers or [get_env(t).default_server for t in self.tasks]))

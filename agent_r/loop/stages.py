@@ -1,0 +1,205 @@
+"""The loop's stages and their done-markers: search, data, eval (training is
+agent_r/loop/train.py). Each stage is the library call behind one script,
+given that script's settings built here from the loop's nested knob groups.
+
+Why done-markers: every stage's library call already resumes item by item
+(trees, per-tree revision parts, eval episodes, XTuner checkpoints); a
+``.done.json`` written atomically after a stage's outputs records its
+statistics, so a rerun skips finished stages without reading their outputs and
+the results table is rebuilt from the markers alone. A stage with an item that
+failed for good raises ``StageIncomplete`` and gets no marker, so a rerun
+retries it.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from agent_r import evaluation, export, revision_data, search
+from agent_r.envs import get_env
+from agent_r.io import atomic_write_json, read_json
+from agent_r.loop.models import ModelPool, Policy
+from agent_r.loop.revise_task import revise_tasks_file, write_revise_tasks
+from agent_r.loop.settings import IterateSettings
+from agent_r.settings import group_values
+from agent_r.tree import leaf_paths, load_tree
+
+log = logging.getLogger(__name__)
+
+MARKER = ".done.json"
+
+
+class StageIncomplete(Exception):
+    """Some item of a stage failed for good in this run; a rerun retries it."""
+
+
+def run_stage(folder: Path, name: str, work: Callable[[], dict]) -> tuple[dict, float]:
+    """(the stage's statistics, its seconds): from its done-marker, or by
+    running ``work`` and then writing the marker (atomically, after the
+    stage's outputs)."""
+    marker = folder / MARKER
+    if marker.exists():
+        try:
+            done = read_json(marker)
+            if isinstance(done, dict) and done.get("stage") == name:
+                return done["stats"], done["seconds"]
+        except (ValueError, KeyError):
+            pass
+        log.warning("%s: unreadable done-marker, redoing the stage", marker)
+    started = time.time()
+    stats = work()
+    seconds = round(time.time() - started, 1)
+    atomic_write_json(marker, {"stage": name, "stats": stats, "seconds": seconds})
+    return stats, seconds
+
+
+# --------------------------------------------------------------------------- each stage's script settings
+
+def search_settings(s: IterateSettings, task: str, out: Path, p: Policy) -> search.SearchSettings:
+    ss = search.SearchSettings(
+        **group_values(s.search), task=task, max_token_length=s.max_token_length, max_new_tokens=s.max_new_tokens,
+        seed=s.seed, env_server_base=s.servers[task], min=s.min, max=s.max, task_iteration=s.task_iteration,
+        split_file=s.split_file, output_dir=str(out), concurrency=s.concurrency, backend=p.backend)
+    ss.finish()
+    return ss
+
+
+def path_settings(s: IterateSettings, task: str, trees: Path, out: Path, data_type: str, revise: bool,
+                  p: Policy) -> revision_data.PathSettings:
+    ps = revision_data.PathSettings(
+        **group_values(s.pairs), task=task, input_dir=str(trees), output_dir=str(out), data_type=data_type,
+        revise=revise, seed=s.seed, max_new_tokens=s.max_new_tokens, max_token_length=s.max_token_length,
+        backend=p.backend)
+    ps.finish()
+    return ps
+
+
+def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_from: Optional[Path] = None
+                  ) -> evaluation.EvalSettings:
+    es = evaluation.EvalSettings(
+        task=task, model_type="test", temperature=s.eval_temperature, max_token_length=s.max_token_length,
+        env_server_base=s.servers[task], max_steps=s.eval_max_steps, output_dir=str(out),
+        concurrency=s.concurrency, seed=s.seed, max_new_tokens=s.max_new_tokens,
+        limit=None if revise_from else s.eval_limit, revise_from=str(revise_from) if revise_from else None,
+        backend=p.backend)
+    es.finish()
+    return es
+
+
+# --------------------------------------------------------------------------- search
+
+def tree_stats(folder: Path, task: str) -> dict:
+    """Counts read from the tree files (the same on a resumed run)."""
+    spec = get_env(task)
+    out = {"trees": 0, "trees_with_success": 0, "leaves": 0, "successful_leaves": 0}
+    for path in sorted(folder.glob("search_results_*.json")):
+        wins = [spec.is_success(p[-1].env_score) for p in leaf_paths(load_tree(path))]
+        out["trees"] += 1
+        out["trees_with_success"] += any(wins)
+        out["leaves"] += len(wins)
+        out["successful_leaves"] += sum(wins)
+    return out
+
+
+def search_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy) -> dict:
+    """Trees of every task, searched by ``p``."""
+    stats = {}
+    for task in s.tasks:
+        ss = search_settings(s, task, out, p)
+        summary = search.collect_trees(ss, backend=pool.backend(p))
+        if summary.failed:
+            raise StageIncomplete(f"search of {task}: {len(summary.failed)} tree(s) failed "
+                                  f"({sorted(summary.failed)[:10]})")
+        stats[task] = tree_stats(ss.out_dir(), task)
+    return stats
+
+
+# --------------------------------------------------------------------------- revision and good data
+
+def revision_stats(result: revision_data.CollectResult) -> dict:
+    """Table 1's counts and Fig. 5's first-bad-step position of one collect run."""
+    done = [result.results[i] for i in result.trees if i in result.results]
+    hist: dict[str, int] = {}
+    for rows in done:
+        for pos, n in rows.first_bad.items():
+            hist[pos] = hist.get(pos, 0) + n
+    found = {int(pos): n for pos, n in hist.items() if pos != "none"}
+    mean = sum(pos * n for pos, n in found.items()) / sum(found.values()) if found else None
+    return {"pairs": sum(r.pairs for r in done), "revision_samples": sum(r.revision_samples for r in done),
+            "good_samples": sum(r.good_samples for r in done), "first_bad": hist,
+            "mean_first_bad_step": None if mean is None else round(mean, 3),
+            "verifier_prompts": sum(r.verifier_prompts for r in done)}
+
+
+def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, variant: str, p: Policy
+                 ) -> tuple[dict, list[str]]:
+    """Revision rows (unless ``good``) and good rows of every task: (per-task
+    statistics, the JSONL files)."""
+    stats, files = {}, []
+    for task in s.tasks:
+        input_dir = search_settings(s, task, trees, p).out_dir()
+        kinds = [("good", False)] if variant == "good" else [("centric", variant == "agent-r"), ("good", False)]
+        task_stats: dict[str, Any] = {}
+        for data_type, revise in kinds:
+            ps = path_settings(s, task, input_dir, out, data_type, revise, p)
+            verifier = pool.backend(p) if ps.revision_config().needs_verifier else None
+            result = revision_data.collect(ps, backend=verifier)
+            if result.failed:
+                raise StageIncomplete(result.problem)
+            got = revision_stats(result)
+            task_stats.update(got if data_type == "centric" else {"good_samples": got["good_samples"]})
+            files.append(str(result.output))
+        task_stats.setdefault("revision_samples", 0)
+        stats[task] = task_stats
+    return stats, files
+
+
+def data_stage(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, variant: str, p: Policy,
+               train_file: Path) -> dict:
+    """The variant's rows of every task, exported as one pooled XTuner file."""
+    stats, files = collect_data(s, pool, trees, out, variant, p)
+    # counted with the trained model's tokenizer, so no sample is cut at MAX_LENGTH in training
+    tokenizer = p.model_dir if Path(p.model_dir).is_dir() else None
+    settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
+                                     seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length)
+    rows = sum(1 for f in files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
+    if rows:
+        for line in export.write_export(settings).splitlines():
+            log.info(line)
+    samples = len(read_json(train_file)) if rows else 0
+    return {"tasks": stats, "train_samples": samples}
+
+
+# --------------------------------------------------------------------------- evaluation
+
+def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dict:
+    """One eval run (resumed per task); the model loads only if tasks remain.
+    An episode that failed for good leaves the stage unfinished."""
+    planned = evaluation.plan(es)
+    done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned)
+    if done.failed:
+        raise StageIncomplete(f"eval of {es.task} in {done.run_dir}: {done.failed} episode(s) failed on env errors")
+    sm = done.summary
+    return {"tasks": sm["tasks"], "score_x100": round(sm["score_x100"], 4),
+            "success_pct": round(100 * sm["success_rate"], 4), "mean_steps": round(sm["mean_steps"], 4),
+            "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()}}
+
+
+def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise_from: Optional[Path]) -> dict:
+    """model ``p`` on every task's test split, then on the revision task.
+    ``revise_from`` is the folder of the revise-task files (None: the base
+    run, which writes them from its own failures)."""
+    stats: dict[str, Any] = {"test": {}, "revise_task": {}}
+    for task in s.tasks:
+        es = eval_settings(s, task, out, p)
+        stats["test"][task] = evaluate_one(es, pool, p)
+        if s.revise_limit <= 0:
+            continue
+        source = revise_tasks_file(revise_from or out, task)
+        if revise_from is None and not source.exists():
+            write_revise_tasks(es.run_dir(), source, s.revise_limit)
+        if source.exists() and source.stat().st_size:
+            stats["revise_task"][task] = evaluate_one(eval_settings(s, task, out, p, revise_from=source), pool, p)
+    return stats

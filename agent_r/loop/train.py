@@ -1,0 +1,106 @@
+"""The loop's training stage: which trainer, and XTuner as a subprocess.
+
+``TRAINER=xtuner`` runs ``xtuner_config/train.sh`` in the training environment
+(XTuner pins transformers 4.48, so it cannot run in this process); ``cpu`` runs
+the in-process trainer (agent_r/training/cpu.py). Both get the same training
+knobs, the nested ``TrainKnobs`` group: XTuner as the environment variables
+its config reads, the CPU trainer as the object itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+from agent_r.loop.layout import HF_DIR, XTUNER_DIR
+from agent_r.loop.models import ModelPool
+from agent_r.loop.settings import IterateSettings
+from agent_r.settings import UsageError
+from agent_r.training import cpu
+from agent_r.training.settings import TrainKnobs
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_SH = REPO / "xtuner_config" / "train.sh"
+
+
+class TrainingFailed(Exception):
+    """The trainer exited with an error; its log says why."""
+
+    user_facing = True
+
+
+def resolve_trainer(s: IterateSettings) -> str:
+    """auto -> xtuner where CUDA is available (a cluster), else cpu."""
+    if s.trainer != "auto":
+        return s.trainer
+    import torch
+
+    return "xtuner" if torch.cuda.is_available() else "cpu"
+
+
+def check_trainer(s: IterateSettings) -> str:
+    """The trainer to use; a missing XTuner environment is a usage error now,
+    not after the first search."""
+    trainer = resolve_trainer(s)
+    if trainer == "xtuner" and not (Path(s.train_venv) / "bin" / "python").exists():
+        raise UsageError(f"the training environment {s.train_venv} is missing (TRAINER=xtuner): run `make "
+                         "setup-train` (or set TRAIN_VENV to your XTuner environment), or TRAINER=cpu for tiny "
+                         "models on CPU")
+    return trainer
+
+
+def knob_env(knobs: TrainKnobs) -> dict[str, str]:
+    """The training knobs as the environment variables XTuner's config reads
+    (each field's own env name)."""
+    return {f.metadata["env"]: str(getattr(knobs, f.name)) for f in dataclasses.fields(knobs)}
+
+
+def xtuner_losses(work_dir: Path) -> list[float]:
+    return [json.loads(line)["loss"] for scalars in sorted(work_dir.glob("*/vis_data/scalars.json"))
+            for line in scalars.read_text(encoding="utf-8").splitlines() if '"loss"' in line]
+
+
+def train_xtuner(s: IterateSettings, start: str, data_files: list[str], out: Path) -> dict:
+    """xtuner_config/train.sh in the training environment (the environment is
+    inherited: NPROC_PER_NODE, NNODES, SAVE_FP32, PYTHONPATH ... reach it, and
+    train.sh puts the repository on PYTHONPATH); writes ``out/xtuner``
+    (checkpoints, resumed on a rerun) and ``out/hf``."""
+    work = out / XTUNER_DIR
+    values = {**knob_env(s.train), "MODEL_DIR": start, "DATA_FILES": ",".join(data_files), "SEED": str(s.seed),
+              "WORK_DIR": str(work), "HF_DIR": str(out / HF_DIR), "DEEPSPEED": s.deepspeed,
+              "TRAIN_VENV": str(Path(s.train_venv).resolve())}
+    if s.xtuner_config:
+        values["CONFIG"] = s.xtuner_config
+    # The venv's bin goes first on PATH (xtuner runs a bare `python`); set in the
+    # child's shell so this process never reads or copies its own environment.
+    command = ["env", *[f"{k}={v}" for k, v in values.items()], "bash", "-c",
+               'export PATH="$TRAIN_VENV/bin:$PATH"; unset VIRTUAL_ENV; exec bash "$0"', str(TRAIN_SH)]
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "train.log", "a", encoding="utf-8") as logfile:
+        code = subprocess.run(command, cwd=REPO, stdout=logfile, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise TrainingFailed(f"xtuner_config/train.sh failed (exit {code}); see {out / 'train.log'}")
+    losses = xtuner_losses(work)   # logged every LoggerHook interval
+    last = Path((work / "last_checkpoint").read_text(encoding="utf-8").strip()).name
+    tenth = max(1, len(losses) // 10)
+    return {"trainer": "xtuner", "steps": int(re.sub(r"\D", "", last) or 0),
+            "first_loss": round(sum(losses[:tenth]) / tenth, 4) if losses else None,
+            "last_loss": round(sum(losses[-tenth:]) / tenth, 4) if losses else None}
+
+
+def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, data_files: list[str],
+                out: Path) -> dict:
+    """model_k in ``out/hf``, fine-tuned from ``start`` on ``data_files``."""
+    pool.close()   # the accelerator (or the CPU) is the trainer's now
+    if trainer == "xtuner":
+        stats = train_xtuner(s, start, data_files, out)
+    else:
+        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), s.train, seed=s.seed)
+    stats.pop("config", None)
+    stats.pop("seconds", None)   # the stage's time is recorded with every stage's
+    return stats

@@ -1,0 +1,277 @@
+"""The in-process trainer (``TRAINER=cpu``): a small full fine-tuning loop for
+tiny models, reading the same exported XTuner JSON as XTuner's config and
+encoding it the way XTuner does.
+
+Why it exists: XTuner on CPU trains the bundled 3M-parameter model about five
+times slower per token than a plain loop (packed 2048-token sequences with
+attention across samples, activation checkpointing, fp32 shims) and spends a
+minute starting up and converting each run (docs/iterate.md has the numbers),
+so ``iterate.py`` on a 2-core box could not fit a self-training iteration in
+minutes. This trainer stands in for it there; a cluster uses XTuner
+(``TRAINER=xtuner``).
+
+What must not differ from XTuner is what is learned from which token. So each
+sample is encoded exactly as XTuner's ``openai_map_fn`` + ``llama3_chat``
+template + ``encode_fn`` do (tests/training/test_cpu_trainer.py compares the
+token ids and labels with XTuner's on the same samples): consecutive user
+messages are joined, each assistant message closes a turn, the turn's
+system/user text is never trained, the assistant text and its ``<|eot_id|>``
+are trained exactly when the message's ``loss`` is true, one BOS starts the
+sample, a sample is cut at ``max_length``, samples with nothing to train are
+dropped. The rows (agent samples plus general data at ETA) come from the same
+function XTuner's config uses (``agent_r.training.data.training_records``).
+
+Steps mirror XTuner's packed steps: one step takes shuffled samples up to
+``max_length x batch_size`` tokens (a "packed" batch, here without attention
+across samples) times ``accumulative_counts``; AdamW (betas 0.9/0.999, no
+weight decay), gradient clip 1, linear warm-up from 1e-5 x LR over
+``warmup_ratio`` of the steps, then cosine to 0. Samples of a batch share
+their system prompt and instruction, which is run once per batch (the prefix
+cache), so a step costs little more than its trained tokens.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_r.export import XTUNER_TEMPLATE
+from agent_r.settings import UsageError
+from agent_r.training.data import training_records
+from agent_r.training.settings import TrainKnobs
+
+log = logging.getLogger(__name__)
+
+IGNORE = -100
+# Files of a model directory that are not weights or config: copied verbatim, so
+# tokenizer files stay in the form transformers 4.48 (XTuner) reads too.
+COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                "chat_template.jinja")
+
+
+# --------------------------------------------------------------------------- encoding (XTuner's rules)
+
+def xtuner_turns(messages: list[dict]) -> list[tuple[str, str, bool]]:
+    """(templated input, templated output, trained?) per assistant message,
+    as openai_map_fn + template_map_fn build them. Leading assistant messages
+    are skipped; text after the last assistant message is dropped."""
+    while messages and messages[0]["role"] == "assistant":
+        messages = messages[1:]
+    turns, system, user = [], "", ""
+    for m in messages:
+        if m["role"] == "system":
+            system = m["content"]
+        elif m["role"] == "user":
+            user += m["content"]
+        elif m["role"] == "assistant":
+            text = XTUNER_TEMPLATE["INSTRUCTION"].format(input=user)
+            if system:
+                text = XTUNER_TEMPLATE["SYSTEM"].format(system=system) + text
+            trained = str(m.get("loss", "True")).lower() == "true"
+            turns.append((text, m["content"] + XTUNER_TEMPLATE["SUFFIX"], trained))
+            system, user = "", ""
+        else:
+            raise UsageError(f"a message has role {m['role']!r}: only system, user and assistant can be trained")
+    return turns
+
+
+def encode(messages: list[dict], tokenizer: Any, max_length: int) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) of one sample, as XTuner's encode_fn makes them."""
+    ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    labels = [IGNORE] * len(ids)
+    for text, output, trained in xtuner_turns(messages):
+        inp = tokenizer.encode(text, add_special_tokens=False)
+        out = tokenizer.encode(output, add_special_tokens=False)
+        ids += inp + out
+        labels += [IGNORE] * len(inp) + (out if trained else [IGNORE] * len(out))
+    return ids[:max_length], labels[:max_length]
+
+
+@dataclass
+class Example:
+    """One encoded sample and the key of the prefix it shares with others."""
+
+    ids: list[int]
+    labels: list[int]
+    group: str          # samples with the same system prompt and instruction share a batch
+
+
+def examples(records: list[dict], tokenizer: Any, max_length: int) -> list[Example]:
+    """The samples XTuner would train on, in order, encoded as it does."""
+    out = []
+    for r in records:
+        ids, labels = encode(r["messages"], tokenizer, max_length)
+        if any(y != IGNORE for y in labels):   # XTuner drops samples with nothing to train
+            users = [m["content"] for m in r["messages"] if m["role"] in ("system", "user")]
+            out.append(Example(ids, labels, "\n".join(users[:2])))
+    return out
+
+
+# --------------------------------------------------------------------------- batching
+
+def epoch_batches(data: list[Example], budget: int, rng: random.Random) -> list[list[Example]]:
+    """One epoch: shuffled, grouped by shared prefix, filled up to ``budget``
+    tokens per batch (at least one sample), batch order shuffled."""
+    order = list(range(len(data)))
+    rng.shuffle(order)
+    by_group: dict[str, list[Example]] = {}
+    for i in order:
+        by_group.setdefault(data[i].group, []).append(data[i])
+    batches = []
+    for members in by_group.values():
+        cur, size = [], 0
+        for ex in members:
+            if cur and size + len(ex.ids) > budget:
+                batches.append(cur)
+                cur, size = [], 0
+            cur.append(ex)
+            size += len(ex.ids)
+        if cur:
+            batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def common_prefix(batch: list[Example]) -> int:
+    """Untrained leading tokens all samples of the batch share (at least one
+    token is left to each sample, so every row predicts something)."""
+    n = min(len(ex.ids) for ex in batch) - 1
+    first = batch[0]
+    k = 0
+    while k < n and all(ex.ids[k] == first.ids[k] for ex in batch) and all(ex.labels[k + 1] == IGNORE for ex in batch):
+        k += 1
+    return k
+
+
+def batch_loss(model: Any, batch: list[Example], pad_id: int) -> tuple[Any, int]:
+    """(sum of token losses, trained tokens) of one batch; the shared prefix
+    runs once and its key/value cache is repeated for every sample."""
+    import torch
+
+    skip = common_prefix(batch)
+    q = max(len(ex.ids) for ex in batch) - skip
+    ids = torch.full((len(batch), q), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), q), IGNORE, dtype=torch.long)
+    mask = torch.zeros((len(batch), skip + q), dtype=torch.long)
+    mask[:, :skip] = 1
+    for i, ex in enumerate(batch):
+        n = len(ex.ids) - skip
+        ids[i, :n] = torch.tensor(ex.ids[skip:])
+        labels[i, :n] = torch.tensor(ex.labels[skip:])
+        mask[i, skip:skip + n] = 1
+    cache = None
+    if skip:
+        cache = model.model(input_ids=torch.tensor([batch[0].ids[:skip]]), use_cache=True).past_key_values
+        cache.batch_repeat_interleave(len(batch))
+    positions = torch.arange(skip, skip + q).unsqueeze(0).expand(len(batch), q)
+    hidden = model.model(input_ids=ids, attention_mask=mask, past_key_values=cache, position_ids=positions,
+                         use_cache=cache is not None).last_hidden_state
+    # position t predicts token t+1; the first suffix token is never trained (common_prefix)
+    target = labels[:, 1:]
+    keep = target != IGNORE
+    logits = model.lm_head(hidden[:, :-1][keep])
+    loss = torch.nn.functional.cross_entropy(logits, target[keep], reduction="sum") if keep.any() else hidden.sum() * 0
+    return loss, int(keep.sum())
+
+
+# --------------------------------------------------------------------------- training
+
+def lr_at(step: int, total: int, knobs: TrainKnobs) -> float:
+    """XTuner's schedule: linear warm-up from 1e-5 x LR, then cosine to 0."""
+    warm = int(knobs.warmup_ratio * total)
+    if step < warm:
+        return knobs.lr * (1e-5 + (1 - 1e-5) * step / warm)
+    progress = (step - warm) / max(1, total - warm)
+    return knobs.lr * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def plan_steps(data: list[Example], knobs: TrainKnobs, seed: int) -> list[list[list[Example]]]:
+    """Every optimizer step of the run: ``accumulative_counts`` batches each."""
+    rng = random.Random(seed)
+    batches = [b for _ in range(knobs.epochs) for b in epoch_batches(data, knobs.max_length * knobs.batch_size, rng)]
+    k = knobs.accumulative_counts
+    return [batches[i:i + k] for i in range(0, len(batches), k)]
+
+
+def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
+    """Runs the steps; returns each step's loss (mean per trained token)."""
+    import torch
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
+    model.train()
+    losses = []
+    bar = tqdm(steps, desc="fine-tune (cpu)", unit="step")
+    for n, step in enumerate(bar):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(n, len(steps), knobs)
+        opt.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for batch in step:   # as mmengine accumulates: each batch's mean loss / the batches in the step
+            loss, tokens = batch_loss(model, batch, pad_id)
+            mean = loss / max(tokens, 1)
+            (mean / len(step)).backward()
+            step_loss += mean.item() / len(step)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(step_loss)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return losses
+
+
+def save_model(model: Any, source: Path, out: Path) -> None:
+    """Weights and config from the model, the other files copied from
+    ``source``; written beside ``out`` and renamed, so ``out`` is complete or absent."""
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.eval()
+    model.save_pretrained(tmp, safe_serialization=True)
+    for name in COPIED_FILES:
+        if (source / name).exists():
+            shutil.copy(source / name, tmp / name)
+    cfg_path = tmp / "config.json"
+    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    rope = cfg.get("rope_parameters") or {}
+    cfg.setdefault("rope_theta", rope.get("rope_theta", 10000.0))   # transformers 4.x (XTuner) reads these
+    cfg.setdefault("torch_dtype", cfg.get("dtype") or "float32")
+    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+
+
+def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
+              threads: int = 0) -> dict:
+    """Fully fine-tune ``model_dir`` on the export files (plus general data
+    at ETA); write the model to ``out_dir`` (a Hugging Face directory);
+    return the run's statistics. ``threads`` 0 = torch's default."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.time()
+    torch.manual_seed(seed)
+    if threads:
+        torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    records, agent = training_records(data_files, knobs.general_data, knobs.eta, seed)
+    data = examples(records, tokenizer, knobs.max_length)
+    if not data:
+        raise UsageError(f"{', '.join(data_files)}: no sample has a trained token")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    steps = plan_steps(data, knobs, seed)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    losses = fit(model, steps, knobs, pad)
+    save_model(model, Path(model_dir), Path(out_dir))
+    tenth = max(1, len(losses) // 10)
+    stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
+             "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
+             "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
+             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
+    log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
+             stats["first_loss"], stats["last_loss"])
+    return stats

@@ -1,0 +1,93 @@
+"""The summary of an eval run, recomputed from its result files: mean score
+x100 on the task's scale, success rate, mean steps, endings, and the loop
+statistic (repeated action blocks of period 1-5); --compare puts finished
+runs side by side and needs to know each run's task."""
+import json
+
+import pytest
+
+from agent_r import report
+from agent_r.envs import get_env
+from agent_r.settings import UsageError
+from tests.support.eval_runs import trajectory
+
+
+def test_count_repeats_known_trajectory():
+    acts = ["get 1 a", "get 1 a", "get 1 a",            # run of 3: two k=1 repeats
+            "b", "c", "b", "c", "b", "c",                 # period 2, three blocks
+            "x", "y", "z", "x", "y", "z"]                 # one period-3 repeat
+    assert report.count_repeats(acts, 1) == 2
+    # k=2: "b c b c b c" repeats at i=3,4,5
+    # ("get 1 a" twice is a period-1 loop, never a period-2 one)
+    assert report.count_repeats(acts, 2) == 3
+    # k=3: "x y z x y z" once; also "b c b" vs "c b c"? no; non-primitive blocks never count.
+    assert report.count_repeats(acts, 3) == 1
+    assert report.count_repeats(acts, 4) == 0
+    assert report.count_repeats(acts, 5) == 0
+    # a run of identical actions is a period-1 loop only
+    assert [report.count_repeats(["a"] * 6, k) for k in (1, 2, 3)] == [5, 0, 0]
+    assert report.count_repeats([], 1) == 0
+    assert [report.count_repeats(list("ababab"), k) for k in (1, 2, 3)] == [0, 3, 0]
+
+
+def test_episode_actions_normalise_case_and_spaces():
+    state = trajectory(["Get 1  Stick", "get 1 stick"])
+    assert report.episode_actions(state) == ["get 1 stick", "get 1 stick"]
+    assert report.count_repeats(report.episode_actions(state), 1) == 1
+
+
+def result(idx, score, steps, ended, actions=("inventory",)):
+    return {"task_id": idx, "env_score": score, "model_name": "m", "step_num": steps,
+            "state": trajectory(list(actions)), "success": score >= 1, "ended_by": ended}
+
+
+def test_summarize_arithmetic():
+    rows = [
+        result(0, 1.0, 3, "done", ["get 1 a", "get 1 a", "craft 1 b"]),
+        result(1, 0.0, 5, "step_limit", ["a", "b", "a", "b", "c"]),
+        result(2, 0.0, 2, "disaster"),
+        result(3, 0.0, 0, "error", []),
+    ]
+    s = report.summarize(rows, max_score=1.0)
+    assert s["tasks"] == 4
+    assert s["score_x100"] == pytest.approx(25.0)
+    assert s["success_rate"] == pytest.approx(0.25)
+    assert s["mean_steps"] == pytest.approx(2.5)
+    assert (s["step_limit"], s["disaster"], s["failed"]) == (1, 1, 1)
+    assert s["loops"]["1"] == {"episodes": 1, "fraction": 0.25, "count": 1}
+    assert s["loops"]["2"] == {"episodes": 1, "fraction": 0.25, "count": 1}
+    assert s["loops"]["3"]["count"] == 0
+
+
+def test_sciworld_scores_normalised_by_max_score():
+    rows = [result(0, 100.0, 4, "done"), result(1, 50.0, 4, "step_limit")]
+    for r in rows:
+        r.pop("success")  # files from the reference scripts: success derived from the score
+    s = report.summarize(rows, max_score=get_env("sciworld").max_score)
+    assert s["score_x100"] == pytest.approx(75.0)
+    assert s["success_rate"] == pytest.approx(0.5)
+
+
+def test_summary_and_compare_read_every_file(tmp_path, capsys):
+    runs = []
+    for name, scores in (("iter0_eval", [0.0, 0.0, 1.0]), ("iter1_eval", [1.0, 1.0, 0.0])):
+        d = tmp_path / "textcraft" / name
+        d.mkdir(parents=True)
+        for i, sc in enumerate(scores):
+            (d / f"search_results_{i}.json").write_text(json.dumps(result(i, sc, 2, "done")))
+        (d / "search_results_9.json").write_text("{corrupt")  # ignored, with a warning
+        runs.append(str(d))
+    table = report.compare(runs)
+    lines = {line.split("  ")[0].strip(): line.split() for line in table.splitlines()}
+    assert lines["score x100"][-2:] == ["33.33", "66.67"]
+    assert lines["tasks"][-2:] == ["3", "3"]
+    assert "iter0_eval" in table.splitlines()[0] and "iter1_eval" in table.splitlines()[0]
+
+
+def test_compare_needs_a_known_task(tmp_path):
+    d = tmp_path / "somewhere"
+    d.mkdir()
+    with pytest.raises(UsageError, match="set TASK"):
+        report.compare([str(d)])
+    with pytest.raises(UsageError, match="does not exist"):
+        report.compare([str(tmp_path / "missing")], task="textcraft")

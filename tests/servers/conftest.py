@@ -1,0 +1,2 @@
+"""Fixtures of the server tests: a TextCraft server a test may kill."""
+from tests.servers.killable import own_server  # noqa: F401
