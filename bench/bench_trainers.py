@@ -1,9 +1,9 @@
 """TRL's SFTTrainer (agent_r/training/trl_sft.py) vs the CPU trainer
-(agent_r/cpu_trainer.py) on the same export and model: time per epoch, tokens
+(agent_r/training/cpu.py) on the same export and model: time per epoch, tokens
 per second, and the loss the trained model has afterwards on the training
 samples (one function for both, per trained token, XTuner's labels).
 
-    nice -n 10 .venv/bin/python bench/bench_trainers.py [--trees 16] [--pairs_per_tree 4] [--epochs 2] [--threads 2]
+    nice -n 10 .venv/bin/python -m bench.bench_trainers [--trees 16] [--pairs_per_tree 4] [--epochs 2] [--threads 2]
 
 The export is built by the real export code from synthetic search trees
 (bench/bench_revision.py's: branching 3, depth 4, 30% successful leaves),
@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 MODEL = ROOT / "models" / "textcraft-tiny"
 
 
@@ -56,7 +55,7 @@ def build_export(trees: int, pairs_per_tree: int, path: Path) -> int:
 
 
 def eval_loss(model, data) -> float:
-    """Mean cross-entropy per trained token over ``data`` (cpu_trainer Examples)."""
+    """Mean cross-entropy per trained token over ``data`` (the CPU trainer's Examples)."""
     import torch
 
     model.eval()
@@ -78,7 +77,7 @@ def plain_loop(model, data, cfg, batch: int, pad: int) -> float:
 
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.999), weight_decay=0.0)
     model.train()
-    rng, loss = random.Random(cfg.seed), None
+    rng, loss = random.Random(0), None
     for _ in range(cfg.epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
@@ -99,34 +98,38 @@ def plain_loop(model, data, cfg, batch: int, pad: int) -> float:
     return loss.item()
 
 
+def cpu_knobs(args: argparse.Namespace, epochs: int):
+    """The CPU trainer's knobs for this bench: no warm-up, no general data, one step per batch."""
+    from agent_r.training.settings import TrainKnobs
+
+    return TrainKnobs(lr=args.lr, epochs=epochs, max_length=args.max_length, batch_size=1, accumulative_counts=1,
+                      warmup_ratio=0.0, general_data="", eta=0.0)
+
+
 def run_one(kind: str, data_file: str, args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent_r import cpu_trainer
-    from agent_r.training import trl_sft
+    from agent_r.training import cpu, trl_sft
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(MODEL)
-    data = cpu_trainer.examples(json.loads(Path(data_file).read_text()), tok, args.max_length)
+    data = cpu.examples(json.loads(Path(data_file).read_text()), tok, args.max_length)
     tokens = sum(len(e.ids) for e in data)
+    knobs = cpu_knobs(args, args.epochs)
     if kind == "cpu":
-        cfg = cpu_trainer.TrainConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length, batch_size=1,
-                                      accumulative_counts=1, warmup_ratio=0.0, seed=0, general_data="", eta=0.0,
-                                      threads=args.threads)
         model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-        steps = cpu_trainer.plan_steps(data, cfg)
+        steps = cpu.plan_steps(data, knobs, 0)
         t0 = time.perf_counter()
-        losses = cpu_trainer.fit(model, steps, cfg, tok.pad_token_id)
+        losses = cpu.fit(model, steps, knobs, tok.pad_token_id)
         seconds = time.perf_counter() - t0
         n_steps, last = len(steps), losses[-1]
     elif kind == "plain":
-        cfg = cpu_trainer.TrainConfig(lr=args.lr, epochs=args.epochs, max_length=args.max_length, batch_size=1,
-                                      accumulative_counts=1, warmup_ratio=0.0, seed=0, general_data="", eta=0.0)
         model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
         t0 = time.perf_counter()
-        last, n_steps = plain_loop(model, data, cfg, args.trl_batch, tok.pad_token_id), -(-len(data) // args.trl_batch)
+        last = plain_loop(model, data, knobs, args.trl_batch, tok.pad_token_id)
+        n_steps = -(-len(data) // args.trl_batch)
         seconds, n_steps = time.perf_counter() - t0, n_steps * args.epochs
     else:
         batch, accum = (args.trl_batch, 1) if kind == "trl" else (1, args.trl_batch)
@@ -168,20 +171,18 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from agent_r import cpu_trainer
+    from agent_r.training import cpu
 
     work = Path(tempfile.mkdtemp(prefix="bench_trainers_"))
     data_file = work / "train.json"
     n = build_export(args.trees, args.pairs_per_tree, data_file)
     tok = AutoTokenizer.from_pretrained(MODEL)
-    data = cpu_trainer.examples(json.loads(data_file.read_text()), tok, args.max_length)
+    data = cpu.examples(json.loads(data_file.read_text()), tok, args.max_length)
     torch.set_num_threads(args.threads)
     before = eval_loss(AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32), data)
     tokens = sum(len(e.ids) for e in data)
     if not args.trl_batch:
-        cpu_cfg = cpu_trainer.TrainConfig(lr=args.lr, epochs=1, max_length=args.max_length, batch_size=1,
-                                          accumulative_counts=1, warmup_ratio=0.0, seed=0, general_data="", eta=0.0)
-        args.trl_batch = max(1, round(len(data) / len(cpu_trainer.plan_steps(data, cpu_cfg))))
+        args.trl_batch = max(1, round(len(data) / len(cpu.plan_steps(data, cpu_knobs(args, 1), 0))))
     print(f"export: {n} samples ({tokens} tokens, {sum(1 for e in data for y in e.labels if y != -100)} trained) "
           f"from {args.trees} synthetic trees; model {MODEL.name}; {args.epochs} epochs, LR {args.lr}, "
           f"{args.threads} threads; loss before {before:.4f}")
@@ -189,8 +190,8 @@ def main() -> None:
     best: dict[str, dict] = {}
     for _ in range(args.repeats):
         for kind in kinds:
-            r = subprocess.run([sys.executable, __file__, "--run", kind, "--data", str(data_file), "--epochs",
-                                str(args.epochs), "--lr", str(args.lr), "--max_length", str(args.max_length),
+            r = subprocess.run([sys.executable, "-m", "bench.bench_trainers", "--run", kind, "--data", str(data_file),
+                                "--epochs", str(args.epochs), "--lr", str(args.lr), "--max_length", str(args.max_length),
                                 "--trl_batch", str(args.trl_batch), "--threads", str(args.threads),
                                 "--loss_before", str(before)], capture_output=True, text=True, cwd=ROOT)
             if r.returncode:
@@ -198,7 +199,7 @@ def main() -> None:
             row = json.loads(r.stdout.strip().splitlines()[-1])
             if kind not in best or row["epoch_s"] < best[kind]["epoch_s"]:
                 best[kind] = row
-    how = {"cpu": "cpu_trainer: one task's samples up to MAX_LENGTH tokens, shared prefix once",
+    how = {"cpu": "CPU trainer: one task's samples up to MAX_LENGTH tokens, shared prefix once",
            "trl": f"TRL SFTTrainer: {args.trl_batch} samples per step, padded",
            "trl-accum": f"TRL SFTTrainer: 1 sample x {args.trl_batch} accumulated per step",
            "plain": f"bare PyTorch loop, {args.trl_batch} samples per step, padded (no TRL)"}

@@ -10,7 +10,7 @@ from typing import Optional
 from agent_r.envs import get_env
 from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice
 from agent_r.settings import BackendSettings, UsageError, max_new_tokens_setting, nested, setting
-from agent_r.training.settings import TrainKnobs
+from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
 
 VARIANTS = ("agent-r", "direct", "good")
 
@@ -67,6 +67,8 @@ class IterateSettings(TaskChoice, PromptBudget):
     search: SearchKnobs = nested(SearchKnobs)
     pairs: PairKnobs = nested(PairKnobs)
     train: TrainKnobs = nested(TrainKnobs)
+    trl: TrlKnobs = nested(TrlKnobs)      # the TRL trainers' own knobs
+    eto: EtoKnobs = nested(EtoKnobs)      # ETO's DPO knobs
     backend: BackendSettings = nested(BackendSettings)
 
     def finish(self) -> None:

@@ -1,8 +1,8 @@
 """ETO on the project's search trees: success/failure trajectory pairs, and
 DPO on them with TRL, scoring only the policy's own turns.
 
-    python -m agent_r.training.eto pairs --trees TREES_DIR... --task textcraft --output pairs.json
-    python -m agent_r.training.eto train --pairs pairs.json --model_dir MODEL --out OUT [--lr ... --beta ...]
+    [TASK=textcraft] python -m agent_r.training.eto pairs --trees TREES_DIR... --output pairs.json
+    MODEL_DIR=MODEL [ETO_LR=... ETO_BETA=...] python -m agent_r.training.eto train --pairs pairs.json --out OUT
 
 ETO (exploration-based trajectory optimization) contrasts, for one task, a
 successful trajectory with a failed one the agent explored, and trains the
@@ -38,8 +38,9 @@ and the collator multiplies TRL's completion mask by that per-token mask, so
 TRL's own loss code (labels -100 there, zero log-probability) sums log-probs
 over the policy's turns only, for the policy and the reference alike.
 
-ETO's settings: beta 0.1, learning rate 1e-6 (first iteration), 3 epochs;
-the batch, warm-up and cosine schedule follow the SFT config. Those values
+ETO's settings: beta 0.1, learning rate 1e-6 (first iteration), 3 epochs
+(ETO_BETA, ETO_LR, ETO_EPOCHS); the batch, warm-up and cosine schedule are
+the fine-tuning knobs (BATCH_SIZE, ACCUMULATIVE_COUNTS, WARMUP_RATIO, ...). Those values
 are for a 7B model; a tiny random model does not move measurably at 1e-6 in
 a few steps, so the tests (and a CPU loop) raise the learning rate to 1e-3
 and keep beta and the epochs.
@@ -50,18 +51,20 @@ import logging
 import random
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
 from agent_r.io import atomic_write_json, read_json
-from agent_r.settings import UsageError, nested, parse, run_cli, setting
-from agent_r.training.trl_sft import (XTUNER, Run, cuda, is_main_process, load_tokenizer, precision, quiet_logs,
-                                      run_key, tensorboard_dir, train_once)
-from agent_r.tree import Node, leaf_paths, load_tree
-
+from agent_r.knobs import DEFAULT_TASK, TaskChoice
+from agent_r.settings import (BUNDLED_MODEL_DIR, ModelDir, UsageError, group_values, nested, parse, run_cli,
+                              setting)
 # The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
-from agent_r.cpu_trainer import IGNORE, encode  # noqa: E402
+from agent_r.training.cpu import IGNORE, encode
+from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
+from agent_r.training.trl_sft import (Run, check_warmup, cuda, is_main_process, load_tokenizer, precision,
+                                      quiet_logs, run_key, tensorboard_dir, threads_setting, train_once)
+from agent_r.tree import Node, leaf_paths, load_tree
 
 log = logging.getLogger(__name__)
 
@@ -205,45 +208,27 @@ def turn_masked_classes() -> tuple[type, type]:
     return TurnMaskCollator, TurnMaskedDPOTrainer
 
 
-@dataclass(frozen=True)
-class EtoConfig:
-    """DPO knobs: ETO's beta, learning rate and epochs; the rest as the SFT config."""
+@dataclass
+class EtoConfig(TrlKnobs, TrainSeed, StepKnobs, EtoKnobs):
+    """Every knob of a DPO run: ETO's beta, learning rate and epochs
+    (EtoKnobs); batch, accumulation, warm-up and MAX_LENGTH as fine-tuning
+    (StepKnobs); SEED and the TRL knobs as the TRL trainer; ``--threads``."""
 
-    beta: float = setting(0.1, env="ETO_BETA", minimum=0.0, help="DPO's beta (default 0.1, ETO's)")
-    lr: float = setting(1e-6, env="ETO_LR", minimum=0.0, help="the peak learning rate (default 1e-6, ETO's first "
-                        "iteration)")
-    epochs: int = setting(3, env="ETO_EPOCHS", minimum=1, help="the epochs (default 3, ETO's)")
-    max_length: int = setting(XTUNER["max_length"], env="MAX_LENGTH", minimum=16,
-                              help="the tokens per prompt + trajectory, cut at the end (default "
-                              f"{XTUNER['max_length']})")
-    batch_size: int = setting(XTUNER["batch_size"], env="BATCH_SIZE", minimum=1,
-                              help=f"pairs per process per micro-batch (default {XTUNER['batch_size']})")
-    accumulative_counts: int = setting(XTUNER["accumulative_counts"], env="ACCUMULATIVE_COUNTS", minimum=1,
-                                       help=f"micro-batches per step (default {XTUNER['accumulative_counts']})")
-    warmup_ratio: float = setting(XTUNER["warmup_ratio"], env="WARMUP_RATIO", minimum=0.0,
-                                  help=f"the warm-up fraction, below 1 (default {XTUNER['warmup_ratio']})")
-    lr_scheduler: str = setting("cosine", env="LR_SCHEDULER", choices=("cosine", "linear", "constant_with_warmup"),
-                                help="the decay after warm-up (default cosine)")
-    max_grad_norm: float = setting(1.0, env="MAX_GRAD_NORM", minimum=0.0, help="gradient clipping (default 1)")
-    seed: int = setting(XTUNER["seed"], env="SEED", help="the seed of shuffling (default 0)")
-    precision: str = setting("auto", env="PRECISION", choices=("auto", "fp32", "bf16", "fp16"),
-                             help="mixed precision: auto = bf16 on a GPU that has it, else fp32 (default auto)")
-    gradient_checkpointing: str = setting("auto", env="GRADIENT_CHECKPOINTING", choices=("auto", "0", "1"),
-                                          help="recompute activations: auto = on with a GPU (default auto)")
-    save_dtype: str = setting("auto", env="SAVE_DTYPE", choices=("auto", "fp32", "bf16", "fp16"),
-                              help="the weights' dtype in hf/ (default auto = the training precision)")
-    report_to: str = setting("none", env="REPORT_TO", choices=("none", "tensorboard"),
-                             help="metrics besides loss_history.json (default none)")
-    save_steps: int = setting(XTUNER["save_steps"], env="SAVE_STEPS", minimum=1, help="steps per checkpoint")
-    save_total_limit: int = setting(XTUNER["save_total_limit"], env="SAVE_TOTAL_LIMIT", minimum=-1,
-                                    help="checkpoints kept, -1 = all (default 2)")
-    logging_steps: int = setting(1, env="LOGGING_STEPS", minimum=1, help="steps per logged loss (default 1)")
-    threads: int = setting(0, minimum=0, help="torch CPU threads, 0 = torch's default (default 0)")
+    threads: int = threads_setting()
 
     def check(self) -> None:
-        if self.warmup_ratio >= 1:
-            raise UsageError(f"WARMUP_RATIO={self.warmup_ratio} must be below 1: it is the fraction of the steps "
-                             "spent warming up")
+        check_warmup(self)
+
+    @classmethod
+    def from_knobs(cls, steps: StepKnobs, eto: EtoKnobs, seed: int = 0, trl: Optional[TrlKnobs] = None,
+                   **overrides: Any) -> "EtoConfig":
+        """The loop's knobs: the step knobs of its training group (its LR,
+        EPOCHS and data knobs are fine-tuning's, not read here), ETO's, the
+        TRL ones (else their defaults) and its seed, then ``overrides``."""
+        names = {f.name for f in fields(StepKnobs)}
+        values = {k: v for k, v in group_values(steps).items() if k in names}
+        return cls(**{**values, **group_values(eto), **(group_values(trl) if trl else {}), "seed": seed,
+                      **overrides})
 
 
 def dpo_args(out: Path, cfg: EtoConfig) -> Any:
@@ -254,7 +239,7 @@ def dpo_args(out: Path, cfg: EtoConfig) -> Any:
         output_dir=str(out / "trainer"), beta=cfg.beta, loss_type=["sigmoid"],
         per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.accumulative_counts,
         num_train_epochs=cfg.epochs, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio, weight_decay=0.0, max_grad_norm=cfg.max_grad_norm,
+        warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         bf16=prec == "bf16", fp16=prec == "fp16",
         activation_checkpointing=cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda()),
         max_length=cfg.max_length, truncation_mode="keep_start", pad_to_multiple_of=None,
@@ -326,13 +311,13 @@ def train_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
 # --------------------------------------------------------------------------- commands
 
 @dataclass
-class PairsCommand:
-    """``python -m agent_r.training.eto pairs``."""
+class PairsCommand(TaskChoice):
+    """``python -m agent_r.training.eto pairs`` (TASK: the trees' environment,
+    for its full score; unset, textcraft, as for mcts_collection.py)."""
 
     trees: Optional[list[str]] = setting(None, help="folders (searched recursively) or files of "
                                          "search_results_<idx>.json trees (required)")
     output: Optional[str] = setting(None, help="the JSON file of pairs to write (required)")
-    task: str = setting("textcraft", env="TASK", help="the task, for its full score (default textcraft)")
     full_score: Optional[float] = setting(None, help="the score of a success (default: the task's maximum)")
     max_pairs_per_tree: int = setting(1, minimum=0, help="pairs kept per tree, 0 = all (default 1, ETO's one "
                                       "failure per task)")
@@ -344,22 +329,24 @@ class PairsCommand:
         missing = [f"--{n}" for n in ("trees", "output") if not getattr(self, n)]
         if missing:
             raise UsageError(f"eto pairs needs {', '.join(missing)} (see --help)")
+        self.task = self.task or DEFAULT_TASK
 
 
 @dataclass
-class TrainCommand:
-    """``python -m agent_r.training.eto train``."""
+class TrainCommand(ModelDir):
+    """``python -m agent_r.training.eto train`` (MODEL_DIR: the policy DPO
+    starts from; unset, the bundled model as for every script)."""
 
     pairs: Optional[str] = setting(None, help="the pairs file of `eto pairs` (required)")
-    model_dir: Optional[str] = setting(None, env="MODEL_DIR", help="the policy to start from (required)")
     out: Optional[str] = setting(None, help="the run's folder: hf/, loss_history.json, train_stats.json (required)")
-    ref_model_dir: Optional[str] = setting(None, help="the frozen reference (default: --model_dir)")
+    ref_model_dir: Optional[str] = setting(None, help="the frozen reference (default: MODEL_DIR)")
     train: EtoConfig = nested(EtoConfig)
 
     def finish(self) -> None:
-        missing = [f"--{n}" for n in ("pairs", "model_dir", "out") if not getattr(self, n)]
+        missing = [f"--{n}" for n in ("pairs", "out") if not getattr(self, n)]
         if missing:
             raise UsageError(f"eto train needs {', '.join(missing)} (see --help)")
+        self.model_dir = self.model_dir or str(BUNDLED_MODEL_DIR)
         self.train.check()
 
 

@@ -1,10 +1,14 @@
 """The training knobs, declared once for both trainers and the export.
 
-``TrainKnobs`` is what both trainers honour with the same meaning (XTuner
+``TrainKnobs`` is what every trainer honours with the same meaning (XTuner
 through ``xtuner_config/agent_r_llama3_8b_full.py``, the in-process CPU
-trainer in ``agent_r/training/cpu.py``); ``iterate.py`` nests it and hands it
-to either. ``TrainSettings`` is the XTuner config's whole set: the knobs plus
-what only an XTuner run has (data files, packing, checkpoints).
+trainer in ``agent_r/training/cpu.py``, TRL in ``trl_sft.py``); ``iterate.py``
+nests it and hands it to each. ``TrainSettings`` is the XTuner config's whole
+set: the knobs plus what only an XTuner run has (data files, packing).
+``TrlKnobs`` are the TRL trainers' own, ``EtoKnobs`` ETO's DPO's; ``StepKnobs``
+(batch, accumulation, warm-up, MAX_LENGTH) is the part of ``TrainKnobs`` DPO
+reads too, and SEED and the checkpoint knobs are groups the XTuner config and
+the TRL trainers share.
 
 Why the config reads settings through a plain call: mmengine reads XTuner
 configs in "lazy import" mode, where every import of a non-builtin module
@@ -41,7 +45,20 @@ class SequenceLength:
 
 
 @dataclass
-class TrainKnobs(SequenceLength):
+class StepKnobs(SequenceLength):
+    """How a trainer forms its steps: read by both fine-tuning trainers and by
+    ETO's DPO (agent_r/training/eto.py), which has its own LR and epochs."""
+
+    batch_size: int = setting(1, env="BATCH_SIZE", flag=None, minimum=1,
+                              help="the sequences per device per step (default 1)")
+    accumulative_counts: int = setting(16, env="ACCUMULATIVE_COUNTS", flag=None, minimum=1,
+                                       help="the gradient accumulation steps (default 16)")
+    warmup_ratio: float = setting(0.03, env="WARMUP_RATIO", flag=None, minimum=0.0,
+                                  help="the fraction of training spent warming up, 0 = none (default 0.03)")
+
+
+@dataclass
+class TrainKnobs(StepKnobs):
     """What both trainers honour with the same meaning."""
 
     general_data: str = setting("", env="GENERAL_DATA", flag=None,
@@ -49,34 +66,80 @@ class TrainKnobs(SequenceLength):
                                 "(default: none)")
     eta: float = setting(0.2, env="ETA", flag=None, minimum=0.0,
                          help="the number of general samples per agent sample (default 0.2, the paper's)")
-    batch_size: int = setting(1, env="BATCH_SIZE", flag=None, minimum=1,
-                              help="the sequences per device per step (default 1)")
-    accumulative_counts: int = setting(16, env="ACCUMULATIVE_COUNTS", flag=None, minimum=1,
-                                       help="the gradient accumulation steps (default 16)")
     epochs: int = setting(3, env="EPOCHS", flag=None, minimum=1, help="the number of training epochs (default 3)")
     lr: float = setting(2e-5, env="LR", flag=None, minimum=0.0, help="the peak learning rate (default 2e-5)")
-    warmup_ratio: float = setting(0.03, env="WARMUP_RATIO", flag=None, minimum=0.0,
-                                  help="the fraction of training spent warming up, 0 = none (default 0.03)")
 
 
 @dataclass
-class TrainSettings(ModelDir, TrainKnobs):
+class TrainSeed:
+    """SEED of a training run (the loop passes its own --seed instead)."""
+
+    seed: int = setting(0, env="SEED", flag=None,
+                        help="the seed for data mixing, shuffling and initialisation (default 0)")
+
+
+@dataclass
+class Checkpoints:
+    """How often a training run saves a resumable checkpoint, and how many it keeps."""
+
+    save_steps: int = setting(500, env="SAVE_STEPS", flag=None, minimum=1,
+                              help="the optimizer steps between checkpoints (default 500)")
+    save_total_limit: int = setting(2, env="SAVE_TOTAL_LIMIT", flag=None, minimum=-1,
+                                    help="the checkpoints kept, -1 = all (default 2)")
+
+
+@dataclass
+class TrainSettings(ModelDir, TrainKnobs, TrainSeed, Checkpoints):
     """Every setting of the XTuner config (environment variables only)."""
 
     # Not required here: `xtuner convert pth_to_hf` loads the config without data.
     data_files: str = setting("", env="DATA_FILES", flag=None, help="the comma-separated Agent-R export JSON files")
-    seed: int = setting(0, env="SEED", flag=None, help="the seed for data mixing, shuffling and initialisation")
     pack: bool = setting(True, env="PACK", flag=None, help="1 to pack samples into MAX_LENGTH sequences, 0 not to")
     map_num_proc: int = setting(32, env="MAP_NUM_PROC", flag=None, minimum=1, help="the processes that tokenise the data")
-    save_steps: int = setting(500, env="SAVE_STEPS", flag=None, minimum=1, help="the iterations between checkpoints")
-    save_total_limit: int = setting(2, env="SAVE_TOTAL_LIMIT", flag=None, minimum=-1,
-                                    help="the checkpoints kept (-1 = all)")
     work_dir: str | None = setting(None, env="WORK_DIR", flag=None, help="where logs and checkpoints go")
 
     def finish(self) -> None:
         """MODEL_DIR unset: the bundled model, as for every other script."""
         if not (self.model_dir and self.model_dir.strip()):
             self.model_dir = str(BUNDLED_MODEL_DIR)
+
+
+@dataclass
+class TrlKnobs(Checkpoints):
+    """What only the TRL trainers read (``TRAINER=trl``, ETO's DPO): XTuner's
+    config fixes these (cosine, no weight decay, clip 1, bf16 on GPUs)."""
+
+    lr_scheduler: str = setting("cosine", env="LR_SCHEDULER", flag=None,
+                                choices=("cosine", "linear", "constant_with_warmup"),
+                                help="the decay after warm-up (default cosine, to 0)")
+    weight_decay: float = setting(0.0, env="WEIGHT_DECAY", flag=None, minimum=0.0,
+                                  help="AdamW's weight decay (default 0)")
+    max_grad_norm: float = setting(1.0, env="MAX_GRAD_NORM", flag=None, minimum=0.0,
+                                   help="the gradient clipping norm, 0 = off (default 1)")
+    precision: str = setting("auto", env="PRECISION", flag=None, choices=("auto", "fp32", "bf16", "fp16"),
+                             help="mixed precision: auto = bf16 on a GPU that has it, else fp32 (default auto)")
+    gradient_checkpointing: str = setting("auto", env="GRADIENT_CHECKPOINTING", flag=None, choices=("auto", "0", "1"),
+                                          help="recompute activations to save memory: auto = on with a GPU "
+                                          "(default auto)")
+    save_dtype: str = setting("auto", env="SAVE_DTYPE", flag=None, choices=("auto", "fp32", "bf16", "fp16"),
+                              help="the weights' dtype in hf/: auto = the training precision (default auto)")
+    report_to: str = setting("none", env="REPORT_TO", flag=None, choices=("none", "tensorboard"),
+                             help="where metrics go besides loss_history.json (default none; tensorboard writes "
+                             "OUT/trainer/runs, offline)")
+    logging_steps: int = setting(1, env="LOGGING_STEPS", flag=None, minimum=1,
+                                 help="the steps per logged loss (default 1)")
+
+
+@dataclass
+class EtoKnobs:
+    """ETO's own DPO knobs (agent_r/training/eto.py); batch, warm-up and
+    length are the fine-tuning ones (StepKnobs). Defaults are ETO's for a 7B
+    model; a tiny model needs a far higher learning rate to move."""
+
+    beta: float = setting(0.1, env="ETO_BETA", flag=None, minimum=0.0, help="DPO's beta (default 0.1, ETO's)")
+    lr: float = setting(1e-6, env="ETO_LR", flag=None, minimum=0.0,
+                        help="the DPO peak learning rate (default 1e-6, ETO's first iteration)")
+    epochs: int = setting(3, env="ETO_EPOCHS", flag=None, minimum=1, help="the DPO epochs (default 3, ETO's)")
 
 
 def from_env() -> TrainSettings:

@@ -1,9 +1,9 @@
 """Full fine-tuning with TRL's SFTTrainer (``TRAINER=trl``) on the exported
 XTuner JSON, with exactly XTuner's per-turn labels.
 
-    python -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT [--lr ... --epochs ...]
+    MODEL_DIR=MODEL [LR=... EPOCHS=...] python -m agent_r.training.trl_sft --data train.json --out OUT
     accelerate launch --num_processes 8 [--config_file training_configs/zero2.yaml] \
-        -m agent_r.training.trl_sft --data train.json --model_dir MODEL --out OUT     # GPUs
+        -m agent_r.training.trl_sft --data train.json --out OUT                       # GPUs
     torchrun --standalone --nproc_per_node 2 -m agent_r.training.trl_sft ...       # CPU processes (gloo)
 
 Why a third trainer: XTuner pins transformers 4.48 and needs its own
@@ -51,16 +51,17 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from agent_r.io import atomic_write_json
-from agent_r.settings import UsageError, nested, parse, run_cli, setting
-
-# What must equal XTuner comes from one place each (moved with the CPU trainer
-# and the config's loader): XTuner's encoding, its ETA mixing, its defaults.
-from agent_r.cpu_trainer import COPIED_FILES, examples, load_records  # noqa: E402
-from xtuner_config.settings import TrainSettings  # noqa: E402
+from agent_r.settings import (BUNDLED_MODEL_DIR, ModelDir, UsageError, group_values, nested, parse, run_cli,
+                              setting)
+# What must equal XTuner comes from one place each: XTuner's encoding (the
+# CPU trainer's), the rows and ETA mixing (the XTuner config's loader), the
+# knobs and their defaults (declared once, agent_r/training/settings.py).
+from agent_r.training.cpu import COPIED_FILES, examples
+from agent_r.training.data import training_records
+from agent_r.training.settings import TrainKnobs, TrainSeed, TrlKnobs
 
 log = logging.getLogger(__name__)
 
-XTUNER = {f.name: f.default for f in fields(TrainSettings)}
 DONE = "train_stats.json"
 HISTORY = "loss_history.json"
 RUN_KEY = "run.json"
@@ -68,80 +69,50 @@ RUN_KEY = "run.json"
 NOT_IN_KEY = ("threads", "report_to", "save_steps", "save_total_limit", "logging_steps")
 
 
-@dataclass(frozen=True)
-class TrlConfig:
-    """The schedule and data knobs. Names, environment variables and defaults
-    are the XTuner config's (xtuner_config/settings.py) where it has them."""
+def threads_setting() -> Any:
+    return setting(0, minimum=0, help="torch CPU threads per process, 0 = torch's default (default 0)")
 
-    lr: float = setting(XTUNER["lr"], env="LR", minimum=0.0, help=f"the peak learning rate (default {XTUNER['lr']})")
-    epochs: int = setting(XTUNER["epochs"], env="EPOCHS", minimum=1, help=f"the epochs (default {XTUNER['epochs']})")
-    max_length: int = setting(XTUNER["max_length"], env="MAX_LENGTH", minimum=16,
-                              help="the tokens per sample; longer samples are cut at the end as XTuner cuts them "
-                              f"(default {XTUNER['max_length']})")
-    batch_size: int = setting(XTUNER["batch_size"], env="BATCH_SIZE", minimum=1,
-                              help=f"the samples per process per micro-batch (default {XTUNER['batch_size']})")
-    accumulative_counts: int = setting(XTUNER["accumulative_counts"], env="ACCUMULATIVE_COUNTS", minimum=1,
-                                       help="the micro-batches per optimizer step (default "
-                                       f"{XTUNER['accumulative_counts']})")
-    warmup_ratio: float = setting(XTUNER["warmup_ratio"], env="WARMUP_RATIO", minimum=0.0,
-                                  help="the fraction of the steps spent warming up linearly from 0, below 1 "
-                                  f"(default {XTUNER['warmup_ratio']})")
-    lr_scheduler: str = setting("cosine", env="LR_SCHEDULER", choices=("cosine", "linear", "constant_with_warmup"),
-                                help="the decay after warm-up (default cosine, to 0)")
-    weight_decay: float = setting(0.0, env="WEIGHT_DECAY", minimum=0.0, help="AdamW's weight decay (default 0)")
-    max_grad_norm: float = setting(1.0, env="MAX_GRAD_NORM", minimum=0.0,
-                                   help="the gradient clipping norm, 0 = off (default 1)")
-    seed: int = setting(XTUNER["seed"], env="SEED", help="the seed of mixing, shuffling and dropout (default 0)")
-    general_data: str = setting(XTUNER["general_data"], env="GENERAL_DATA",
-                                help="a ShareGPT-style JSON file mixed in at ETA (default none)")
-    eta: float = setting(XTUNER["eta"], env="ETA", minimum=0.0,
-                         help=f"the general samples per agent sample (default {XTUNER['eta']})")
-    precision: str = setting("auto", env="PRECISION", choices=("auto", "fp32", "bf16", "fp16"),
-                             help="mixed precision: auto = bf16 on a GPU that has it, else fp32 (default auto)")
-    gradient_checkpointing: str = setting("auto", env="GRADIENT_CHECKPOINTING", choices=("auto", "0", "1"),
-                                          help="recompute activations to save memory: auto = on with a GPU "
-                                          "(default auto)")
-    save_dtype: str = setting("auto", env="SAVE_DTYPE", choices=("auto", "fp32", "bf16", "fp16"),
-                              help="the weights' dtype in hf/: auto = the training precision (default auto)")
-    report_to: str = setting("none", env="REPORT_TO", choices=("none", "tensorboard"),
-                             help="where metrics go besides loss_history.json (default none; tensorboard writes "
-                             "OUT/trainer/runs, offline)")
-    save_steps: int = setting(XTUNER["save_steps"], env="SAVE_STEPS", minimum=1,
-                              help=f"the steps between resumable checkpoints (default {XTUNER['save_steps']})")
-    save_total_limit: int = setting(XTUNER["save_total_limit"], env="SAVE_TOTAL_LIMIT", minimum=-1,
-                                    help="the checkpoints kept, -1 = all (default 2)")
-    logging_steps: int = setting(1, env="LOGGING_STEPS", minimum=1, help="the steps per logged loss (default 1)")
-    threads: int = setting(0, minimum=0, help="torch CPU threads per process, 0 = torch's default (default 0)")
 
-    def check(self) -> None:
-        if self.warmup_ratio >= 1:
-            raise UsageError(f"WARMUP_RATIO={self.warmup_ratio} must be below 1: it is the fraction of the steps "
-                             "spent warming up")
-
-    @classmethod
-    def from_train_config(cls, cfg: Any, **overrides: Any) -> "TrlConfig":
-        """The knobs of a ``cpu_trainer.TrainConfig`` (the loop's training
-        settings), the rest at their defaults or ``overrides``."""
-        names = {f.name for f in fields(cls)}
-        known = {k: v for k, v in asdict(cfg).items() if k in names}
-        return cls(**{**known, **overrides})
+def check_warmup(cfg: Any) -> None:
+    if cfg.warmup_ratio >= 1:
+        raise UsageError(f"WARMUP_RATIO={cfg.warmup_ratio} must be below 1: it is the fraction of the steps "
+                         "spent warming up")
 
 
 @dataclass
-class TrlCommand:
-    """``python -m agent_r.training.trl_sft`` (flag > environment > default)."""
+class TrlConfig(TrlKnobs, TrainSeed, TrainKnobs):
+    """Every knob of a TRL fine-tuning run: the knobs every trainer reads
+    (TrainKnobs, SEED), the TRL-only ones (TrlKnobs), and ``--threads``."""
+
+    threads: int = threads_setting()
+
+    def check(self) -> None:
+        check_warmup(self)
+
+    @classmethod
+    def from_knobs(cls, knobs: TrainKnobs, seed: int = 0, trl: Optional[TrlKnobs] = None,
+                   **overrides: Any) -> "TrlConfig":
+        """The loop's training knobs and seed (and its TRL knobs, else their
+        defaults), then ``overrides``."""
+        return cls(**{**group_values(knobs), **(group_values(trl) if trl else {}), "seed": seed, **overrides})
+
+
+@dataclass
+class TrlCommand(ModelDir):
+    """``python -m agent_r.training.trl_sft`` (flag > environment > default;
+    MODEL_DIR, the model fine-tuned, defaults to the bundled model as for
+    every script)."""
 
     data: Optional[list[str]] = setting(None, help="the JSON files of `path_collection.py export --format xtuner` "
                                         "(required)")
-    model_dir: Optional[str] = setting(None, env="MODEL_DIR", help="the model to fine-tune, a Hugging Face folder "
-                                       "(required)")
     out: Optional[str] = setting(None, help="the run's folder: hf/, loss_history.json, train_stats.json (required)")
     train: TrlConfig = nested(TrlConfig)
 
     def finish(self) -> None:
-        missing = [f"--{n}" for n in ("data", "model_dir", "out") if not getattr(self, n)]
+        missing = [f"--{n}" for n in ("data", "out") if not getattr(self, n)]
         if missing:
             raise UsageError(f"python -m agent_r.training.trl_sft needs {', '.join(missing)} (see --help)")
+        self.model_dir = self.model_dir or str(BUNDLED_MODEL_DIR)
         self.train.check()
 
 
@@ -151,12 +122,12 @@ def load_tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 
     if not Path(model_dir).is_dir():
-        raise UsageError(f"--model_dir {model_dir} is not a folder: pass a Hugging Face model folder")
+        raise UsageError(f"MODEL_DIR={model_dir} is not a folder: set it to a Hugging Face model folder")
     try:
         return AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError) as exc:
         why = (str(exc).splitlines() or [""])[0]
-        raise UsageError(f"--model_dir {model_dir}: no tokenizer loads from it ({why})") from None
+        raise UsageError(f"MODEL_DIR={model_dir}: no tokenizer loads from it ({why})") from None
 
 
 def xtuner_dataset(data_files: list[str], tokenizer: Any, cfg: TrlConfig) -> Any:
@@ -164,7 +135,8 @@ def xtuner_dataset(data_files: list[str], tokenizer: Any, cfg: TrlConfig) -> Any
     a ``datasets.Dataset`` of ``input_ids`` and ``labels``."""
     from datasets import Dataset
 
-    data = examples(load_records(data_files, cfg), tokenizer, cfg.max_length)
+    records, _ = training_records(data_files, cfg.general_data, cfg.eta, cfg.seed)
+    data = examples(records, tokenizer, cfg.max_length)
     if not data:
         raise UsageError(f"{', '.join(data_files)}: no sample has a trained token within MAX_LENGTH="
                          f"{cfg.max_length}: export with --tokenizer and the same --max_length")
@@ -433,6 +405,11 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfi
 
 # --------------------------------------------------------------------------- command
 
+def knob_env(cfg: Any) -> dict[str, str]:
+    """The knobs of ``cfg`` that are environment variables, as their values."""
+    return {f.metadata["env"]: str(getattr(cfg, f.name)) for f in fields(cfg) if f.metadata.get("env")}
+
+
 def command_argv(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig, processes: int = 1,
                  accelerate_config: Optional[str] = None, port: Optional[int] = None,
                  python: str = sys.executable) -> list[str]:
@@ -440,21 +417,24 @@ def command_argv(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlCo
     is a plain ``python -m``; several are ``accelerate launch`` on GPUs (or
     with ``accelerate_config``, e.g. DeepSpeed ZeRO-2) and ``torchrun`` on CPU
     (accelerate's CPU launcher needs MPI), where the processes meet on gloo.
-    Every knob is passed as a flag, so the environment cannot change it."""
-    flags = [f"--{f.name}={getattr(cfg, f.name)}" for f in fields(cfg)]
-    args = ["-m", "agent_r.training.trl_sft", "--data", *data_files, "--model_dir", model_dir, "--out", out_dir,
-            *flags]
+    It starts with ``env KNOB=value ...`` for every knob (flags for the rest),
+    so the caller's environment cannot change one; launchers pass the
+    environment on to every process."""
+    knobs = [f"{k}={v}" for k, v in {"MODEL_DIR": model_dir, **knob_env(cfg)}.items()]
+    flags = [f"--{f.name}={getattr(cfg, f.name)}" for f in fields(cfg) if not f.metadata.get("env")]
+    args = ["-m", "agent_r.training.trl_sft", "--data", *data_files, "--out", out_dir, *flags]
     if processes <= 1 and not accelerate_config:
-        return [python, *args]
+        return ["env", *knobs, python, *args]
     if not accelerate_config and not cuda():
         rendezvous = ["--master_port", str(port)] if port else ["--standalone"]
-        return [python, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), *rendezvous, *args]
+        return ["env", *knobs, python, "-m", "torch.distributed.run", "--nproc_per_node", str(processes),
+                *rendezvous, *args]
     launch = [python, "-m", "accelerate.commands.launch", "--num_processes", str(processes)]
     if port:
         launch += ["--main_process_port", str(port)]
     if accelerate_config:
         launch += ["--config_file", accelerate_config]
-    return [*launch, *args]
+    return ["env", *knobs, *launch, *args]
 
 
 def main(argv: Optional[list[str]] = None) -> int:

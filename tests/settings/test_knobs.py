@@ -19,9 +19,12 @@ from agent_r.loop.stages import eval_settings, path_settings, search_settings
 from agent_r.revision_data import PathSettings
 from agent_r.search import SearchSettings
 from agent_r.settings import BUNDLED_MODEL_DIR, BackendSettings, UsageError, parse
+from agent_r.training.eto import EtoConfig, PairsCommand, TrainCommand
 from agent_r.training.settings import TrainSettings
+from agent_r.training.trl_sft import TrlCommand, TrlConfig
 
-EVERY_SETTINGS_CLASS = (SearchSettings, PathSettings, EvalSettings, ExportSettings, IterateSettings, TrainSettings)
+EVERY_SETTINGS_CLASS = (SearchSettings, PathSettings, EvalSettings, ExportSettings, IterateSettings, TrainSettings,
+                        TrlCommand, PairsCommand, TrainCommand)
 
 
 def declarations(cls: type) -> list[dataclasses.Field]:
@@ -44,16 +47,25 @@ def test_every_environment_variable_is_declared_once():
     twice = {env: sorted(fields[i].name for i in ids) for env, ids in by_env.items() if len(ids) > 1}
     assert not twice, f"environment variables declared by more than one field: {twice}"
     # the knobs several scripts read are among them, each still read by every script that read it
-    shared = {"TASK": (SearchSettings, PathSettings, EvalSettings, IterateSettings),
+    shared = {"TASK": (SearchSettings, PathSettings, EvalSettings, IterateSettings, PairsCommand),
               "TEMP": (SearchSettings, PathSettings, EvalSettings, IterateSettings),
               "MAX_TOKEN_LENGTH": (SearchSettings, PathSettings, EvalSettings, IterateSettings),
               "MAX_DEPTH": (SearchSettings, IterateSettings), "ITERA": (SearchSettings, IterateSettings),
               "N_GEN": (SearchSettings, IterateSettings), "ALPHA": (PathSettings, IterateSettings),
-              "BETA": (PathSettings, IterateSettings), "MAX_LENGTH": (ExportSettings, TrainSettings, IterateSettings),
-              "MODEL_DIR": (SearchSettings, PathSettings, EvalSettings, IterateSettings, TrainSettings),
-              **{env: (TrainSettings, IterateSettings) for env in ("GENERAL_DATA", "ETA", "LR", "EPOCHS",
-                                                                   "BATCH_SIZE", "ACCUMULATIVE_COUNTS",
-                                                                   "WARMUP_RATIO")}}
+              "BETA": (PathSettings, IterateSettings),
+              "MAX_LENGTH": (ExportSettings, TrainSettings, IterateSettings, TrlConfig, EtoConfig),
+              "MODEL_DIR": (SearchSettings, PathSettings, EvalSettings, IterateSettings, TrainSettings, TrlCommand,
+                            TrainCommand),
+              **{env: (TrainSettings, IterateSettings, TrlConfig) for env in ("GENERAL_DATA", "ETA", "LR", "EPOCHS")},
+              **{env: (TrainSettings, IterateSettings, TrlConfig, EtoConfig)
+                 for env in ("BATCH_SIZE", "ACCUMULATIVE_COUNTS", "WARMUP_RATIO")},
+              "SEED": (TrainSettings, TrlConfig, EtoConfig),
+              **{env: (TrainSettings, IterateSettings, TrlConfig, EtoConfig)
+                 for env in ("SAVE_STEPS", "SAVE_TOTAL_LIMIT")},
+              **{env: (IterateSettings, TrlConfig, EtoConfig)
+                 for env in ("LR_SCHEDULER", "WEIGHT_DECAY", "MAX_GRAD_NORM", "PRECISION", "GRADIENT_CHECKPOINTING",
+                             "SAVE_DTYPE", "REPORT_TO", "LOGGING_STEPS")},
+              **{env: (IterateSettings, EtoConfig) for env in ("ETO_BETA", "ETO_LR", "ETO_EPOCHS")}}
     for env, readers in shared.items():
         for cls in readers:
             assert env in {f.metadata.get("env") for f in declarations(cls)}, f"{cls.__name__} no longer reads {env}"

@@ -3,8 +3,8 @@ export code on revision and good rows of the fixture trees), general chat
 data, and helpers that run the tiny model through real TRL.
 
 Nothing here is a double except the verifier that judges steps while the
-revision rows are built (the same scripted verifier tests/test_export.py
-uses); the export, the encoding, TRL and XTuner are the real code.
+revision rows are built (the same scripted verifier the export tests
+use, tests/support/export_rows.py); the export, the encoding, TRL and XTuner are the real code.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from agent_r import export
 from agent_r.training import trl_sft
 from tests.support import tree_fixtures as tf
-from tests.test_export import good_rows, revision_rows, write_jsonl
+from tests.support.export_rows import good_rows, revision_rows, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 

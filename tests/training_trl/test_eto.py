@@ -126,7 +126,7 @@ def test_only_the_policys_turns_are_scored(trees, tiny_model_dir, tmp_path):
     assert abs(sum(everything) / n - logged) > 10                   # observations would weigh a lot
 
 
-def test_tiny_dpo_runs_end_to_end_and_prefers_the_successes(trees, tiny_model_dir, tmp_path, capsys):
+def test_tiny_dpo_runs_end_to_end_and_prefers_the_successes(trees, tiny_model_dir, tmp_path, capsys, monkeypatch):
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -134,12 +134,16 @@ def test_tiny_dpo_runs_end_to_end_and_prefers_the_successes(trees, tiny_model_di
     assert eto.main(["pairs", "--trees", str(trees), "--output", str(pairs), "--max_pairs_per_tree", "0"]) == 0
     assert "wrote 10 ETO pairs" in capsys.readouterr().out
     out = tmp_path / "dpo"
-    assert eto.main(["train", "--pairs", str(pairs), "--model_dir", tiny_model_dir, "--out", str(out),
-                     "--lr", "1e-3", "--epochs", "3", "--batch_size", "2", "--accumulative_counts", "1",
-                     "--warmup_ratio", "0", "--max_length", "512", "--precision", "fp32",
-                     "--gradient_checkpointing", "0", "--threads", "1"]) == 0
+    for env, value in {"ETO_LR": "1e-3", "ETO_EPOCHS": "3", "BATCH_SIZE": "2", "ACCUMULATIVE_COUNTS": "1",
+                       "WARMUP_RATIO": "0", "PRECISION": "fp32", "GRADIENT_CHECKPOINTING": "0",
+                       "LR": "7", "EPOCHS": "9"}.items():          # fine-tuning's LR and EPOCHS are not DPO's
+        monkeypatch.setenv(env, value)
+    monkeypatch.setenv("MODEL_DIR", tiny_model_dir)
+    assert eto.main(["train", "--pairs", str(pairs), "--out", str(out),
+                     "--max_length", "512", "--threads", "1"]) == 0
     stats = json.loads((out / "train_stats.json").read_text())
     assert stats["trainer"] == "trl-dpo" and stats["samples"] == 10 and stats["steps"] == 3 * 5
+    assert (stats["config"]["lr"], stats["config"]["epochs"], stats["config"]["beta"]) == (1e-3, 3, 0.1)
     history = json.loads((out / "loss_history.json").read_text())
     assert history[0]["loss"] == pytest.approx(0.6931, abs=1e-3)    # policy == reference at the start
     tail = history[-5:]

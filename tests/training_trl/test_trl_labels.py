@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent_r import cpu_trainer
 from agent_r.training import trl_sft
-from tests.train.conftest import TRAIN_VENV, run_train_env
+from agent_r.training import cpu
+from tests.training.conftest import TRAIN_VENV, run_train_env
 from tests.training_trl.conftest import ROOT, quick
 
 XTUNER_BUILD = ("import json, sys\nfrom mmengine.config import Config\nfrom xtuner.registry import BUILDER\n"
@@ -36,7 +36,7 @@ def cut_length(data: Path, model_dir: str) -> int:
     tok = AutoTokenizer.from_pretrained(model_dir)
     spans = []
     for sample in json.loads(data.read_text()):
-        ids, labels = cpu_trainer.encode(sample["messages"], tok, 10**6)
+        ids, labels = cpu.encode(sample["messages"], tok, 10**6)
         spans.append((next(i for i, y in enumerate(labels) if y != -100), len(ids)))
     length = max(first for first, _ in spans)
     assert any(first < length < n for first, n in spans), spans      # a sample is cut and still trains

@@ -4,6 +4,7 @@ events), a killed run resumes to the same result, a finished one is not
 redone, and bad input gets one line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -96,19 +97,20 @@ def test_report_to_tensorboard_writes_event_files_offline(trl_export, tiny_model
 
 
 @pytest.mark.parametrize("argv, env, says", [
-    ([], {}, "needs --data, --model_dir, --out"),
-    (["--data", "{bad}", "--model_dir", "{model}", "--out", "{out}"], {}, "no boolean 'loss' flag"),
-    (["--data", "{data}", "--model_dir", "{out}/nope", "--out", "{out}"], {}, "is not a folder"),
-    (["--data", "{data}", "--model_dir", "{model}", "--out", "{out}"], {"WARMUP_RATIO": "1.5"}, "must be below 1"),
-    (["--data", "{data}", "--model_dir", "{model}", "--out", "{out}", "--lr_scheduler", "step"], {}, "not one of"),
+    ([], {}, "needs --data, --out"),
+    (["--data", "{bad}", "--out", "{out}"], {}, "no boolean 'loss' flag"),
+    (["--data", "{data}", "--out", "{out}"], {"MODEL_DIR": "{out}/nope"}, "is not a folder"),
+    (["--data", "{data}", "--out", "{out}"], {"WARMUP_RATIO": "1.5"}, "must be below 1"),
+    (["--data", "{data}", "--out", "{out}"], {"LR_SCHEDULER": "step"}, "not one of"),
 ])
 def test_bad_input_gets_one_line(argv, env, says, trl_export, tiny_model_dir, tmp_path, capsys, monkeypatch):
     bad = tmp_path / "no_flags.json"
     bad.write_text(json.dumps([{"messages": [{"role": "user", "content": "q"},
                                              {"role": "assistant", "content": "a"}]}]))
     fill = {"bad": str(bad), "model": tiny_model_dir, "out": str(tmp_path / "out"), "data": str(trl_export)}
+    monkeypatch.setenv("MODEL_DIR", tiny_model_dir)
     for k, v in env.items():
-        monkeypatch.setenv(k, v)
+        monkeypatch.setenv(k, v.format(**fill))
     with pytest.raises(SystemExit) as exc:
         run_cli(lambda: trl_sft.main([a.format(**fill) for a in argv]))
     err = capsys.readouterr().err.strip()
@@ -128,21 +130,30 @@ def test_the_launch_commands_carry_every_knob_and_the_zero2_config_is_one_accele
 
     cfg = quick(general_data="general.json", eta=0.3, report_to="tensorboard")
     argv = trl_sft.command_argv("model", ["a.json", "b.json"], "out", cfg, processes=8, accelerate_config=str(zero2))
-    assert argv[1:3] == ["-m", "accelerate.commands.launch"]
-    launch = launch_command_parser().parse_args(argv[3:])
+    assert argv[0] == "env"
+    knobs = dict(a.split("=", 1) for a in argv[1:] if "=" in a and not a.startswith("-"))
+    launcher = argv.index("-m")
+    assert argv[launcher:launcher + 2] == ["-m", "accelerate.commands.launch"]
+    launch = launch_command_parser().parse_args(argv[launcher + 2:])
     assert (launch.num_processes, launch.config_file, launch.module) == (8, str(zero2), True)
     assert launch.training_script == "agent_r.training.trl_sft"
-    ours = parse(trl_sft.TrlCommand, launch.training_script_args, environ={})
+    # every knob arrives through `env` (set over whatever the caller's environment holds)
+    ours = parse(trl_sft.TrlCommand, launch.training_script_args, environ=knobs)
     assert (ours.data, ours.model_dir, ours.out, ours.train) == (["a.json", "b.json"], "model", "out", cfg)
-    assert trl_sft.command_argv("model", ["a.json"], "out", cfg)[1:3] == ["-m", "agent_r.training.trl_sft"]
+    assert set(knobs) == {"MODEL_DIR"} | {f.metadata["env"] for f in dataclasses.fields(cfg) if f.metadata.get("env")}
+    single = trl_sft.command_argv("model", ["a.json"], "out", cfg)
+    assert single[single.index("-m"):single.index("-m") + 2] == ["-m", "agent_r.training.trl_sft"]
 
 
 def test_the_loops_training_settings_map_onto_the_trl_knobs():
-    from agent_r import cpu_trainer
+    from agent_r.loop.settings import IterateSettings
+    from agent_r.settings import parse
 
-    loop = cpu_trainer.TrainConfig(lr=3e-4, epochs=2, max_length=1024, batch_size=2, accumulative_counts=4,
-                                   warmup_ratio=0.1, seed=7, general_data="g.json", eta=0.3, threads=2)
-    cfg = trl_sft.TrlConfig.from_train_config(loop, report_to="tensorboard")
+    loop = parse(IterateSettings, [], {"LR": "3e-4", "EPOCHS": "2", "MAX_LENGTH": "1024", "BATCH_SIZE": "2",
+                                       "ACCUMULATIVE_COUNTS": "4", "WARMUP_RATIO": "0.1", "GENERAL_DATA": "g.json",
+                                       "ETA": "0.3", "LR_SCHEDULER": "linear", "SEED": "99"})
+    cfg = trl_sft.TrlConfig.from_knobs(loop.train, seed=7, trl=loop.trl, threads=2)
     assert (cfg.lr, cfg.epochs, cfg.max_length, cfg.batch_size, cfg.accumulative_counts, cfg.warmup_ratio, cfg.seed,
             cfg.general_data, cfg.eta, cfg.threads) == (3e-4, 2, 1024, 2, 4, 0.1, 7, "g.json", 0.3, 2)
-    assert (cfg.weight_decay, cfg.max_grad_norm, cfg.lr_scheduler, cfg.report_to) == (0.0, 1.0, "cosine", "tensorboard")
+    assert (cfg.weight_decay, cfg.max_grad_norm, cfg.lr_scheduler, cfg.report_to) == (0.0, 1.0, "linear", "none")
+    assert trl_sft.TrlConfig.from_knobs(loop.train).lr_scheduler == "cosine"          # TRL knobs' defaults
