@@ -4,7 +4,8 @@ For k = 1..ITERATIONS and each variant, with policy model_{k-1}
 (model_0 = MODEL_DIR): search the train split, build revision data
 (``agent-r``: the policy finds the first bad step; ``direct``: the whole bad
 path is the prefix; ``good``: good paths only) and good data, export one XTuner
-file (all tasks pooled), fine-tune, and evaluate model_k on every task's test
+file (all tasks pooled), fine-tune (``eto``: ETO's success/failure pairs and
+DPO instead), and evaluate model_k on every task's test
 split and on the revision task. Iteration 0 is the base model's evaluation.
 
 Which model iteration k starts from: model_{k-1}, fine-tuned on the data its
@@ -19,6 +20,7 @@ one training run but costs k times the training.
   models       the model each stage uses; one live backend at a time
   stages       done-markers; the search, data and eval stages
   train        which trainer; XTuner as a subprocess
+  trl_stages   TRAINER=trl, and the eto variant's data and train stages
   revise_task  the revision task's episodes
   results      results.json / .md / .png
   runner       the whole run (``run``)

@@ -3,7 +3,8 @@
   iter_0/eval/base/            the base model's eval and the revision-task files
   iter_<k>/trees/<policy>/     the search of iteration k (policy ``base`` for
                                k = 1, shared by the variants, else the variant)
-  iter_<k>/data/<variant>/     revision and good rows, ``train.json`` (the export)
+  iter_<k>/data/<variant>/     revision and good rows, ``train.json`` (the export;
+                               eto: its DPO pairs)
   iter_<k>/model/<variant>/    ``hf/`` (model_k), ``xtuner/`` with TRAINER=xtuner
   iter_<k>/eval/<variant>/     model_k's eval (eval.py's layout)
   results.json, results.md, results.png

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from agent_r.envs import get_env, identify_server
 from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
-from agent_r.loop import stages
+from agent_r.loop import stages, trl_stages
 from agent_r.loop.layout import BASE, Layout
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
@@ -76,11 +76,14 @@ class Loop:
         trees = lay.trees(k, BASE if k == 1 else variant)
         searched = self.stage(k, variant, "search", trees, lambda: stages.search_stage(s, self.pool, trees, prev))
         data_dir = lay.data(k, variant)
-        data = self.stage(k, variant, "data", data_dir, lambda: stages.data_stage(
-            s, self.pool, trees, data_dir, variant, prev, lay.export(k, variant)))
+        export = lay.export(k, variant)
+        data = self.stage(k, variant, "data", data_dir, lambda: (
+            trl_stages.data_stage(s, trees, data_dir, prev, export) if variant == trl_stages.ETO
+            else stages.data_stage(s, self.pool, trees, data_dir, variant, prev, export)))
         start, files = self.training_plan(k, variant, prev)
         model_dir = lay.model(k, variant)
-        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir))
+        trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
+        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir, trainer))
         model = self.model(k, variant)
         evals = self.stage(k, variant, "eval", lay.eval(k, variant), lambda: stages.eval_stage(
             s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
@@ -99,11 +102,11 @@ class Loop:
         files = [str(self.layout.export(j, variant)) for j in rounds if self.layout.export(j, variant).exists()]
         return start, files
 
-    def train(self, start: str, files: list[str], out: Path) -> dict:
+    def train(self, start: str, files: list[str], out: Path, trainer: str) -> dict:
         if not files:
             log.warning("no training samples: %s keeps the model it started from", out)
             return {"trainer": None, "skipped": "no training samples"}
-        return train_stage(self.settings, self.pool, self.trainer, start, files, out)
+        return train_stage(self.settings, self.pool, trainer, start, files, out)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, Ta
 from agent_r.settings import BackendSettings, UsageError, max_new_tokens_setting, nested, setting
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
 
-VARIANTS = ("agent-r", "direct", "good")
+VARIANTS = ("agent-r", "direct", "good", "eto")
 
 
 @dataclass
@@ -25,7 +25,8 @@ class IterateSettings(TaskChoice, PromptBudget):
                         "(default run)")
     runs_dir: str = setting("runs", help="the root of all runs (default runs)")
     variants: str = setting("agent-r", env="VARIANTS", help="comma-separated: agent-r (the model finds the first "
-                            "bad step), direct (revise off), good (good paths only) (default agent-r)")
+                            "bad step), direct (revise off), good (good paths only), eto (DPO on success/failure "
+                            "pairs of the same trees, agent_r/loop/trl_stages.py) (default agent-r)")
     iterations: int = setting(3, env="ITERATIONS", minimum=0, help="self-training iterations after the base "
                               "model's evaluation (default 3, the paper's)")
     train_from: str = setting("previous", env="TRAIN_FROM", choices=("previous", "base"),
@@ -41,9 +42,11 @@ class IterateSettings(TaskChoice, PromptBudget):
     # the export (path_collection.py export's flag)
     good_ratio: float = setting(1.0, help="good samples per revision sample in the export, -1 = all (default 1)")
     # which trainer
-    trainer: str = setting("auto", env="TRAINER", choices=("auto", "xtuner", "cpu"),
+    trainer: str = setting("auto", env="TRAINER", choices=("auto", "xtuner", "cpu", "trl"),
                            help="xtuner (xtuner_config/train.sh in TRAIN_VENV), cpu (agent_r/training/cpu.py, "
-                           "tiny models), auto = xtuner when CUDA is available, else cpu (default auto)")
+                           "tiny models), trl (agent_r/training/trl_sft.py, in this process), auto = xtuner when "
+                           "CUDA is available, else cpu (default auto); the eto variant always trains with TRL's "
+                           "DPO")
     train_venv: str = setting(".venv-train", env="TRAIN_VENV", flag=None, help="the XTuner environment "
                               "(default .venv-train)")
     xtuner_config: Optional[str] = setting(None, env="CONFIG", flag=None, help="XTuner config (default "

@@ -2,13 +2,15 @@
 
 ``TRAINER=xtuner`` runs ``xtuner_config/train.sh`` in the training environment
 (XTuner pins transformers 4.48, so it cannot run in this process); ``cpu`` runs
-the in-process trainer (agent_r/training/cpu.py). Both get the same training
-knobs, the nested ``TrainKnobs`` group: XTuner as the environment variables
-its config reads, the CPU trainer as the object itself.
+the in-process trainer (agent_r/training/cpu.py); ``trl`` TRL's SFTTrainer in
+this process, and the eto variant TRL's DPO (agent_r/loop/trl_stages.py). All
+get the same training knobs, the nested ``TrainKnobs`` group: XTuner as the
+environment variables its config reads, the others as the object itself.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import logging
 import re
@@ -18,6 +20,7 @@ from pathlib import Path
 from agent_r.loop.layout import HF_DIR, XTUNER_DIR
 from agent_r.loop.models import ModelPool
 from agent_r.loop.settings import IterateSettings
+from agent_r.loop.trl_stages import DPO_TRAINER, ETO, train_eto, train_trl
 from agent_r.settings import UsageError
 from agent_r.training import cpu
 from agent_r.training.settings import TrainKnobs
@@ -47,6 +50,9 @@ def check_trainer(s: IterateSettings) -> str:
     """The trainer to use; a missing XTuner environment is a usage error now,
     not after the first search."""
     trainer = resolve_trainer(s)
+    if (trainer == "trl" or ETO in s.variant_list) and importlib.util.find_spec("trl") is None:
+        raise UsageError(f"TRL is not installed (TRAINER={s.trainer}, VARIANTS={s.variants}): run `pip install -r "
+                         "requirements.txt`")
     if trainer == "xtuner" and not (Path(s.train_venv) / "bin" / "python").exists():
         raise UsageError(f"the training environment {s.train_venv} is missing (TRAINER=xtuner): run `make "
                          "setup-train` (or set TRAIN_VENV to your XTuner environment), or TRAINER=cpu for tiny "
@@ -99,6 +105,10 @@ def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, d
     pool.close()   # the accelerator (or the CPU) is the trainer's now
     if trainer == "xtuner":
         stats = train_xtuner(s, start, data_files, out)
+    elif trainer == "trl":
+        return train_trl(s, start, data_files, out)
+    elif trainer == DPO_TRAINER:
+        return train_eto(s, start, data_files, out)
     else:
         stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), s.train, seed=s.seed)
     stats.pop("config", None)

@@ -83,13 +83,18 @@ def find_tree_files(paths: list[str]) -> list[tuple[str, Path]]:
         if p.is_file():
             found.append((p.stem, p))
         elif p.is_dir():
-            found += [(str(f.relative_to(p).with_suffix("")), f) for f in p.rglob("search_results_*.json")
-                      if TREE_FILE.match(f.name)]
+            found += trees_under(p)
         else:
             raise UsageError(f"--trees {p} does not exist: pass the folders mcts_collection.py wrote")
     if not found:
         raise UsageError(f"no search_results_<idx>.json tree under {', '.join(paths)}: run mcts_collection.py first")
     return sorted(found)
+
+
+def trees_under(folder: Path) -> list[tuple[str, Path]]:
+    """(name relative to ``folder``, file) of every tree under it, sorted; none when it does not exist."""
+    return sorted((str(f.relative_to(folder).with_suffix("")), f) for f in folder.rglob("search_results_*.json")
+                  if TREE_FILE.match(f.name))
 
 
 def messages_of(path: list[Node]) -> list[dict]:
@@ -132,12 +137,18 @@ def tree_pairs(name: str, root: Node, full_score: float, max_pairs: int, seed: i
     return pairs
 
 
+def pairs_of_trees(trees: list[tuple[str, Path]], full_score: float, max_pairs_per_tree: int = 1, seed: int = 0,
+                   extra_rounds: int = 5) -> list[dict]:
+    """The pairs of the (name, file) trees, in their order; possibly none."""
+    return [pair for name, path in trees
+            for pair in tree_pairs(name, load_tree(path), full_score, max_pairs_per_tree, seed, extra_rounds)]
+
+
 def eto_pairs(tree_paths: list[str], full_score: float, max_pairs_per_tree: int = 1, seed: int = 0,
               extra_rounds: int = 5) -> list[dict]:
     """Every tree's pairs, in tree-name order; UsageError when there are none."""
-    pairs, trees = [], find_tree_files(tree_paths)
-    for name, path in trees:
-        pairs += tree_pairs(name, load_tree(path), full_score, max_pairs_per_tree, seed, extra_rounds)
+    trees = find_tree_files(tree_paths)
+    pairs = pairs_of_trees(trees, full_score, max_pairs_per_tree, seed, extra_rounds)
     if not pairs:
         raise UsageError(f"none of the {len(trees)} trees under {', '.join(tree_paths)} has both a full-score path "
                          f"(score >= {full_score:g}) and a lower one, and ETO pairs a success with a failure of the "
