@@ -53,6 +53,8 @@ class TreeStats:
     env_resets: int = 0
     env_steps: int = 0         # every client.step, replays included
     replays_skipped: int = 0   # children stepped from a client already at the node's state
+    env_requests: int = 0      # HTTP round trips of the child steps (replays, action mapping, steps)
+    env_replays: int = 0       # replays the server did in one request (POST /replay), each with its step
     nodes: int = 0
     leaves: int = 0
     successful_leaves: int = 0
@@ -187,22 +189,31 @@ class TreeSearch:
 
     def _step_from(self, node: Node, action: str) -> tuple[str, Any]:
         """Bring the client to ``node`` (reset + replay, unless it already stands
-        there), then step ``action``. Returns the action actually stepped."""
+        there), then step ``action``. Returns the action actually stepped.
+        A client with ``replay`` (agentenv_client) sends the reset and the
+        replay as one request where the server allows it; the counts of resets
+        and steps are the same either way (what the env did)."""
         history = [n.action for n in node.path_from_root()]
+        sent = (getattr(self.client, "http_requests", 0), getattr(self.client, "replay_requests", 0))
         if self._at == history:
             self.stats.replays_skipped += 1
         else:
             self._at = None  # unknown until the replay succeeds
-            self.client.reset(self.idx)
+            if hasattr(self.client, "replay"):
+                self.client.replay(self.idx, history)
+            else:
+                self.client.reset(self.idx)
+                for past in history:
+                    self.client.step(past)
             self.stats.env_resets += 1
-            for past in history:
-                self.client.step(past)
-                self.stats.env_steps += 1
+            self.stats.env_steps += len(history)
         self._at = None
         prepared = self.spec.prepare_action(self.client, action)
         out = self.client.step(prepared)
         self.stats.env_steps += 1
         self._at = history + [prepared]
+        self.stats.env_requests += getattr(self.client, "http_requests", 0) - sent[0]
+        self.stats.env_replays += getattr(self.client, "replay_requests", 0) - sent[1]
         return prepared, out
 
     def _final_stats(self, root: Node) -> None:

@@ -4,12 +4,23 @@ errors that say what went wrong and where.
 AgentGym servers report most failures as HTTP 200 with ``{"error": ...}``; the
 2024 clients asserted on status codes and crashed with no message. Here every
 failure becomes an ``EnvServerError`` naming the server, endpoint and env id.
+
+Replay. A tree search steps every child from a fresh reset plus a replay of
+its parent's actions: over plain AgentGym endpoints that is one HTTP round trip
+per action (about 1 ms of CPU each, client and server together; a TextCraft
+tree made ~5,400 of them). ``replay(idx, actions)`` asks the server to do the
+reset and all the steps in-process (``POST /replay``, which our servers answer)
+and sends that request together with the next ``step`` when one follows, so a
+replayed child costs one round trip. A server without the endpoint (AgentGym's:
+404/405) is remembered per address, logged once, and gets the reset and the
+steps one by one, exactly as before.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +33,23 @@ log = logging.getLogger(__name__)
 INSTRUCTION_DIR = Path(__file__).resolve().parent / "instructions"
 CONNECT_TIMEOUT = 5.0
 BACKOFF_START, BACKOFF_MAX = 0.1, 2.0
+
+# Servers (by address) that answered POST /replay with 404/405: never asked again.
+_NO_REPLAY: set[str] = set()
+_NO_REPLAY_LOCK = threading.Lock()
+
+
+def replay_unsupported(env_server_base: str) -> bool:
+    return env_server_base.rstrip("/") in _NO_REPLAY
+
+
+def _mark_no_replay(env_server_base: str, why: str) -> None:
+    with _NO_REPLAY_LOCK:
+        if env_server_base in _NO_REPLAY:
+            return
+        _NO_REPLAY.add(env_server_base)
+    log.warning("%s has no POST /replay (%s; AgentGym's servers lack it): replaying with a reset and one "
+                "step request per action", env_server_base, why)
 
 
 class EnvClientUsageError(ValueError):
@@ -79,7 +107,11 @@ class BaseEnvClient:
     start_hint = ""               # how to start a server (shown when unreachable)
 
     def __init__(self, env_server_base: str, data_len: int, timeout: float = 60.0, max_retries: int = 5,
-                 instruction_file: str | None = None):
+                 instruction_file: str | None = None, replay: bool = True):
+        self._pending: tuple[int, list[str]] | None = None   # a replay waiting for the next request
+        self.use_replay = replay          # False: replay with reset + step requests even where /replay exists
+        self.http_requests = 0            # HTTP requests sent (every attempt), for stats
+        self.replay_requests = 0          # POST /replay requests that did a whole replay
         if not env_server_base or not env_server_base.startswith(("http://", "https://")):
             raise EnvClientUsageError(f"env server address {env_server_base!r} must start with http:// or https://, "
                              f"e.g. http://127.0.0.1:36001")
@@ -92,7 +124,7 @@ class BaseEnvClient:
             {"from": "human", "loss": None, "value": self.instruction},
             {"from": "gpt", "loss": False, "value": "Ok."},
         )
-        self.info: dict[str, Any] = {}
+        self.info = {}
         self.env_id: Any = None
         self._closed = False
         self._session = requests.Session()
@@ -105,11 +137,83 @@ class BaseEnvClient:
     def reset(self, idx: int) -> dict:
         raise NotImplementedError
 
-    def step(self, action: str) -> StepOutput:
+    def _wire_action(self, action: str) -> str:
+        """The action as it is sent to the server (TextCraft cleans it)."""
+        return action.strip()
+
+    def _took_step(self, action: str, payload: Any) -> StepOutput:
+        """Read a step answer (also the answer of a replay: its last step) and
+        keep ``info`` current."""
         raise NotImplementedError
+
+    def _replayed(self, payload: Any) -> None:
+        """Anything else a replay answer carries (SciWorld: the latest look-around)."""
 
     def observe(self) -> str:
         return self.info["observation"]
+
+    # ---- stepping and replay -------------------------------------------------
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the last reset or step returned (a pending replay is sent first)."""
+        self._flush()
+        return self._info
+
+    @info.setter
+    def info(self, value: dict[str, Any]) -> None:
+        self._info = value
+
+    def step(self, action: str) -> StepOutput:
+        wire = self._wire_action(action)
+        if self._pending is not None:
+            (idx, actions), self._pending = self._pending, None
+            return self._took_step(wire, self._replay_now(idx, actions + [wire]))
+        return self._took_step(wire, self._post("step", {"action": wire}))
+
+    def replay(self, idx: int, actions: list[str]) -> None:
+        """Bring the env to task ``idx`` after ``actions``: what ``reset(idx)``
+        and ``step`` of each action would do, with the same ``info`` after.
+        Where the server has POST /replay this is one request, sent with the
+        next request (a following ``step`` rides along in it); otherwise a
+        reset and one step request per action, at once. A server error in the
+        replay surfaces at that next request, as the reset's or a step's would."""
+        wire = [self._wire_action(a) for a in actions]
+        if self.use_replay and not replay_unsupported(self.env_server_base):
+            self._pending = (int(idx), wire)
+            return
+        self._pending = None
+        self._replay_by_steps(idx, wire)
+
+    def _flush(self) -> None:
+        if self._pending is None:
+            return
+        (idx, actions), self._pending = self._pending, None
+        if actions:
+            self._took_step(actions[-1], self._replay_now(idx, actions))
+        else:
+            self.reset(idx)
+
+    def _replay_now(self, idx: int, actions: list[str]) -> Any:
+        """POST /replay of ``actions`` from a reset of ``idx``; the answer is the
+        last step's. Falls back to step requests when the server lacks it."""
+        if not replay_unsupported(self.env_server_base):
+            try:
+                payload = self._post("replay", {"data_idx": int(idx), "actions": actions})
+            except EnvServerError as exc:
+                if exc.status not in (404, 405):
+                    raise
+                _mark_no_replay(self.env_server_base, f"HTTP {exc.status}")
+            else:
+                self.replay_requests += 1
+                self._replayed(payload)
+                return payload
+        self._replay_by_steps(idx, actions[:-1])
+        return self._post("step", {"action": actions[-1]})
+
+    def _replay_by_steps(self, idx: int, actions: list[str]) -> None:
+        self.reset(idx)
+        for action in actions:
+            self._took_step(action, self._post("step", {"action": action}))
 
     # ---- lifecycle ---------------------------------------------------------
     def __len__(self) -> int:
@@ -144,12 +248,18 @@ class BaseEnvClient:
 
     def _request(self, method: str, endpoint: str, json_body: Any = None, params: dict | None = None,
                  retries: int | None = None) -> Any:
+        if self._pending is not None and endpoint != "replay":
+            if endpoint in ("reset", "close"):
+                self._pending = None      # superseded: the env starts over or goes away
+            else:
+                self._flush()             # any other request needs the env where the replay leaves it
         url = f"{self.env_server_base}/{endpoint}"
         where = f"{self.env_name} server {self.env_server_base}, {method} /{endpoint}, env id {self.env_id}"
         attempts = retries or self.max_retries
         delay = BACKOFF_START
         for attempt in range(attempts):
             last = attempt == attempts - 1
+            self.http_requests += 1
             try:
                 res = self._session.request(method, url, json=json_body, params=params,
                                             timeout=(min(CONNECT_TIMEOUT, self.timeout), self.timeout))

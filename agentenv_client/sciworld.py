@@ -125,9 +125,7 @@ class SciworldEnvClient(BaseEnvClient):
                      "task_name": payload.get("task_name"), "var_num": payload.get("var_num")}
         return payload
 
-    def step(self, action: str) -> StepOutput:
-        action = action.strip()
-        payload = self._post("step", {"action": action})
+    def _took_step(self, action: str, payload) -> StepOutput:
         obs = self._field(payload, "observation", "step")
         score = float(self._field(payload, "score", "step"))
         done = bool(self._field(payload, "done", "step"))
@@ -135,6 +133,12 @@ class SciworldEnvClient(BaseEnvClient):
             self._last_look = obs
         self.info = {"observation": obs, "reward": payload.get("reward", 0), "score": score, "done": done}
         return StepOutput(state=obs, reward=score, done=done)
+
+    def _replayed(self, payload) -> None:
+        """Our server's replay answer names the latest look-around text of the
+        replayed episode (the fallback of look_around below reads it)."""
+        if isinstance(payload, dict) and isinstance(payload.get("last_look"), str):
+            self._last_look = payload["last_look"]
 
     # ---- extras used by the search --------------------------------------
     def _patched(self, endpoint: str):
@@ -159,6 +163,7 @@ class SciworldEnvClient(BaseEnvClient):
         return {int(k): [int(i) for i in v] for k, v in got.items()}
 
     def look_around(self) -> str:
+        self._flush()
         got = self._patched("look_around")
         return self._last_look if got is None else str(got)
 

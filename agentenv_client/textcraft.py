@@ -28,8 +28,10 @@ class TextCraftEnvClient(BaseEnvClient):
         self.info = {"observation": self._field(payload, "observation", "reset"), "reward": 0, "done": False}
         return payload
 
-    def step(self, action: str) -> StepOutput:
-        payload = self._post("step", {"action": clean_action(action)})
+    def _wire_action(self, action: str) -> str:
+        return clean_action(action)
+
+    def _took_step(self, action: str, payload) -> StepOutput:
         out = StepOutput(state=self._field(payload, "observation", "step"),
                          reward=float(self._field(payload, "reward", "step")),
                          done=bool(self._field(payload, "done", "step")))

@@ -36,8 +36,7 @@ class WebshopEnvClient(BaseEnvClient):
         self.info = {"observation": self.observe(), "reward": 0, "done": False}
         return payload
 
-    def step(self, action: str) -> StepOutput:
-        payload = self._post("step", {"action": action.strip()})
+    def _took_step(self, action: str, payload) -> StepOutput:
         out = StepOutput(state=self._field(payload, "state", "step"),
                          reward=float(self._field(payload, "reward", "step")),
                          done=bool(self._field(payload, "done", "step")))

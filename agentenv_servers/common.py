@@ -1,6 +1,15 @@
 """What both local servers share: a capped table of live envs, AgentGym's error
 convention (HTTP 200 + {"error": ...}), /health, JSON errors for malformed
-requests, and the command line."""
+requests, and the command line.
+
+Besides AgentGym's endpoints both servers answer ``POST /replay`` (``{"id",
+"data_idx", "actions": [...]}``): a reset to ``data_idx`` and a step of every
+action, in-process, answered with what the last step (or, with no actions, the
+reset) answers plus ``"steps"``, the number of actions stepped. A step that
+fails stops the replay with that step's error, as the step request would. It
+saves a tree search one HTTP round trip per replayed action (agentenv_client
+uses it and falls back to steps where a server lacks it). ``--no-replay``
+starts a server without it, as AgentGym's are."""
 from __future__ import annotations
 
 import argparse
@@ -39,6 +48,21 @@ class ResetBody(BaseModel):
 class StepBody(BaseModel):
     id: int
     action: str
+
+
+MAX_REPLAY_ACTIONS = 10_000   # far beyond any episode; keeps one request from holding a server for long
+
+
+class ReplayBody(BaseModel):
+    id: int
+    data_idx: int = 0
+    actions: list[str] = []
+
+
+def check_replay(body: ReplayBody) -> None:
+    if len(body.actions) > MAX_REPLAY_ACTIONS:
+        raise EnvError(f"a replay takes at most {MAX_REPLAY_ACTIONS} actions, got {len(body.actions)}: "
+                       "reset and step the rest one by one")
 
 
 class EnvTable(Generic[E]):
@@ -283,7 +307,7 @@ def install_json_errors(app: FastAPI) -> None:
                               f"{type(exc).__name__}: {exc}")
 
 
-def serve(make_app: Callable[[int], FastAPI], name: str, default_port: int, default_max_envs: int,
+def serve(make_app: Callable[..., FastAPI], name: str, default_port: int, default_max_envs: int,
           argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m agentenv_servers.{name}",
                                      description=f"Local AgentGym-compatible {name} environment server.")
@@ -292,11 +316,15 @@ def serve(make_app: Callable[[int], FastAPI], name: str, default_port: int, defa
     parser.add_argument("--max-envs", type=int, default=default_max_envs,
                         help=f"most live environments at once (default {default_max_envs})")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    parser.add_argument("--no-replay", action="store_true",
+                        help="do not answer POST /replay (behave as AgentGym's server: clients replay step by step)")
     args = parser.parse_args(argv)
     if args.max_envs < 1:
         parser.error("--max-envs must be >= 1")
     import uvicorn
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    print(f"{name} server on http://{args.host}:{args.port} (max {args.max_envs} envs)", flush=True)
-    uvicorn.run(make_app(args.max_envs), host=args.host, port=args.port, log_level=args.log_level)
+    print(f"{name} server on http://{args.host}:{args.port} (max {args.max_envs} envs"
+          f"{', no /replay' if args.no_replay else ''})", flush=True)
+    uvicorn.run(make_app(args.max_envs, replay=not args.no_replay), host=args.host, port=args.port,
+                log_level=args.log_level)

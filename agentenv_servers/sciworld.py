@@ -18,8 +18,9 @@ import threading
 
 from fastapi import FastAPI
 
-from agentenv_client.sciworld import SCIWORLD_TASKS, build_game_list, build_game_nums
-from agentenv_servers.common import EnvError, EnvTable, IdBody, ResetBody, StepBody, add_health, guarded, serve
+from agentenv_client.sciworld import SCIWORLD_TASKS, _normalise, build_game_list, build_game_nums
+from agentenv_servers.common import (EnvError, EnvTable, IdBody, ReplayBody, ResetBody, StepBody, add_health,
+                                     check_replay, guarded, serve)
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class SciEnv:
             log.warning("closing a ScienceWorld JVM failed: %s", exc)
 
 
-def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
+def make_app(max_envs: int = DEFAULT_MAX_ENVS, replay: bool = True) -> FastAPI:
     os.environ.setdefault("JAVA_TOOL_OPTIONS", JVM_OPTIONS)   # inherited by every JVM we start
     table: EnvTable[SciEnv] = EnvTable(max_envs, close_env=SciEnv.close)
     games: list[tuple[str, int]] = []
@@ -137,14 +138,37 @@ def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
         table.put(env_id, env)
         return {"id": env_id}
 
+    def game(data_idx: int) -> tuple[str, int]:
+        if not 0 <= data_idx < len(games):
+            raise EnvError(f"data_idx {data_idx} is out of range: this server has {len(games)} games "
+                           f"(0-{len(games) - 1})")
+        return games[data_idx]
+
     @app.post("/reset")
     @guarded
     def reset(body: ResetBody) -> dict:
-        if not 0 <= body.data_idx < len(games):
-            raise EnvError(f"data_idx {body.data_idx} is out of range: this server has {len(games)} games "
-                           f"(0-{len(games) - 1})")
-        name, variation = games[body.data_idx]
+        name, variation = game(body.data_idx)
         return with_env(body.id, lambda e: e.reset(name, variation), loaded=False)
+
+    def replay_in(env: SciEnv, name: str, variation: int, actions: list[str]) -> dict:
+        out = env.reset(name, variation)
+        look = out["observation"]
+        for action in actions:
+            out = env.step(action)
+            if _normalise(action) == "look around":
+                look = out["observation"]
+        return {**out, "steps": len(actions), "last_look": look}
+
+    if replay:
+        @app.post("/replay")
+        @guarded
+        def replay_actions(body: ReplayBody) -> dict:
+            """/reset and a /step of every action in one request (see common);
+            ``last_look`` is the latest look-around text (the reset's or a
+            replayed ``look around``), which the client keeps."""
+            check_replay(body)
+            name, variation = game(body.data_idx)
+            return with_env(body.id, lambda e: replay_in(e, name, variation, body.actions), loaded=False)
 
     @app.post("/step")
     @guarded

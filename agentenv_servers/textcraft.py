@@ -10,7 +10,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from agentenv_servers.common import EnvTable, IdBody, ResetBody, StepBody, add_health, guarded, serve
+from agentenv_servers.common import (EnvError, EnvTable, IdBody, ReplayBody, ResetBody, StepBody, add_health,
+                                     check_replay, guarded, serve)
 from agentenv_servers.textcraft_env import TextCraftGame, load_recipe_book
 
 DEFAULT_PORT = 36001
@@ -22,7 +23,7 @@ class CreateBody(BaseModel):
     goal: str | None = None       # ... and goal item (both or neither)
 
 
-def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
+def make_app(max_envs: int = DEFAULT_MAX_ENVS, replay: bool = True) -> FastAPI:
     book = load_recipe_book()
     table: EnvTable[TextCraftGame] = EnvTable(max_envs)
     app = FastAPI(title="TextCraft (Agent-R local server)")
@@ -55,21 +56,37 @@ def make_app(max_envs: int = DEFAULT_MAX_ENVS) -> FastAPI:
         table.put(env_id, game)
         return payload(env_id, game)
 
+    def new_game(env_id: int, data_idx: int) -> TextCraftGame:
+        table.get(env_id)
+        if data_idx < 0:
+            raise EnvError(f"data_idx must be >= 0, got {data_idx}")
+        game = TextCraftGame(data_idx, book)
+        table.put(env_id, game)
+        return game
+
     @app.post("/reset")
     @guarded
     async def reset(body: ResetBody) -> dict:
-        table.get(body.id)
-        if body.data_idx < 0:
-            return {"error": f"data_idx must be >= 0, got {body.data_idx}"}
-        game = TextCraftGame(body.data_idx, book)
-        table.put(body.id, game)
-        return payload(body.id, game)
+        return payload(body.id, new_game(body.id, body.data_idx))
 
     @app.post("/step")
     @guarded
     async def step(body: StepBody) -> dict:
         obs, reward, done = table.get(body.id).step(body.action)
         return {"observation": obs, "reward": reward, "done": done}
+
+    if replay:
+        @app.post("/replay")
+        @guarded
+        async def replay_actions(body: ReplayBody) -> dict:
+            """/reset and a /step of every action in one request (see common)."""
+            check_replay(body)
+            game = new_game(body.id, body.data_idx)
+            out = payload(body.id, game)
+            for action in body.actions:
+                obs, reward, done = game.step(action)
+                out = {"observation": obs, "reward": reward, "done": done}
+            return {**out, "steps": len(body.actions)}
 
     @app.get("/observation")
     @guarded
