@@ -8,6 +8,8 @@ per-episode outcomes each time the files are written, so they always cover
 every finished row; in results.json each row carries them as ``paired``."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -110,13 +112,23 @@ def _fmt(x: Optional[float]) -> str:
 
 def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     """results.png: test success % per iteration, one line per variant (each
-    starts at the base model), one panel per task plus the average."""
+    starts at the base model), one panel per task plus the average. Drawn
+    under a name of this process's own, then renamed: several loop processes
+    of one run (bench/reproduce_paper.sh runs the variants side by side) may
+    write it at once, and plots.save's temporary name is the same for all."""
     value = lambda r, t: average(r, "success_pct") if t == "average" else r["test"][t]["success_pct"]  # noqa: E731
     base = [r for r in rows if r["iteration"] == 0]
     panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
-    plots.iteration_lines(panels, s.iterations, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, own = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        plots.iteration_lines(panels, s.iterations, own)
+        os.replace(own, path)
+    finally:
+        Path(own).unlink(missing_ok=True)
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:

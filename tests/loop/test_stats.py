@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import multiprocessing
+from pathlib import Path
 
 import pytest
 
@@ -127,3 +129,34 @@ def test_comparisons_pair_every_model_with_the_base_and_agent_r_with_direct(tmp_
     assert "| 1 | agent-r | textcraft test | 12 / 0 (0.000488) | 10 / 0 (0.00195) |" in md
     assert "| 1 | direct | textcraft test | 2 / 0 (0.5) | - |" in md
     assert "10.0/5.0/0.0/0.0" in md and "| 1 (1) |" in md
+
+
+
+def _write_results_repeatedly(folder: str, start, failures) -> None:
+    from agent_r.loop.layout import Layout
+    from agent_r.loop.results import write_results
+
+    s = parse(IterateSettings, [], {"VARIANTS": "agent-r", "ITERATIONS": "1"})
+    rows = [row(0, "base", {"1": 0, "2": 1}), row(1, "agent-r", {"1": 1, "2": 1})]
+    start.wait()
+    try:
+        for _ in range(8):
+            write_results(s, Layout(Path(folder)), rows, "cpu")
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        failures.put(repr(exc))
+
+
+def test_loop_processes_of_one_run_write_results_at_once(tmp_path):
+    """bench/reproduce_paper.sh runs one loop process per variant in the same
+    run folder; each rewrites results.* after every stage, so the writes
+    overlap and none may fail on another's temporary file."""
+    ctx = multiprocessing.get_context("fork")
+    start, failures = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_write_results_repeatedly, args=(str(tmp_path), start, failures)) for _ in range(4)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    errors = [failures.get() for _ in range(failures.qsize())] if not failures.empty() else []
+    assert not errors and all(proc.exitcode == 0 for proc in procs), errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md", "results.png"]
