@@ -94,9 +94,12 @@ class PairKnobs:
     """Which (good, bad) leaf-path pairs of a tree become revision samples
     (path_collection.py, iterate.py's data stage)."""
 
-    alpha: Optional[float] = setting(None, env="ALPHA", flag=None,
-                                     help="the score a good path's leaf must exceed, on the task's score scale "
-                                     "(default: the task's value, agent_r/envs)")
+    alpha: Optional[float] = setting(None, env="ALPHA", flag=None, schedule=True,
+                                     help="the score a good path's leaf must exceed, on the task's score scale; "
+                                     "iterate.py also takes one value per iteration, comma-separated (0.5,0.7,1.0; "
+                                     "one-iteration scripts use the first) (default: the task's value, agent_r/envs; "
+                                     "iterate.py: 0.5, 0.7, 1.0 x the task's max score in iterations 1, 2, 3+, the "
+                                     "paper's; a value >= the max score keeps only max-score leaves there)")
     beta: Optional[float] = setting(None, env="BETA", flag=None, minimum=0.0,
                                     help="the score gap a (good, bad) pair must exceed, on the task's score scale "
                                     "(default: the task's value, agent_r/envs)")

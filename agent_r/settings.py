@@ -53,14 +53,61 @@ class UsageError(Exception):
 
 def setting(default: Any = MISSING, *, help: str, env: str | None = None, flag: str | bool | None = True,
             minimum: float | None = None, choices: tuple | None = None, secret: bool = False,
-            default_factory: Any = MISSING) -> Any:
+            default_factory: Any = MISSING, schedule: bool = False) -> Any:
     """A settings field. ``flag=True`` means ``--<field name>``; a string names
     the flag; None means environment-only. ``secret`` values never reach a
-    manifest, a log or an error message."""
-    meta = {"help": help, "env": env, "flag": flag, "minimum": minimum, "choices": choices, "secret": secret}
+    manifest, a log or an error message. ``schedule``: a number that may also
+    be given per iteration, comma-separated (``Schedule``)."""
+    meta = {"help": help, "env": env, "flag": flag, "minimum": minimum, "choices": choices, "secret": secret,
+            "schedule": schedule}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+class Schedule:
+    """A number given per iteration of the self-training loop: ``EPOCHS=3,1,1``
+    is 3 in iteration 1, then 1 (the last value holds for every later
+    iteration). It is also the number itself, its FIRST value (``IntSchedule``
+    is an int, ``FloatSchedule`` a float), so a script that runs one iteration
+    (path_collection.py, the trainers) reads a schedule as it reads one value,
+    and JSON writes it as that value. ``str`` gives the comma list back, the
+    form the environment variable takes. A single value is never a Schedule:
+    it parses to the plain number, as before schedules existed."""
+
+    values: tuple
+
+    def at(self, k: int) -> Any:
+        """The value of iteration ``k`` (1-based)."""
+        return self.values[min(max(k, 1), len(self.values)) - 1]
+
+    def __str__(self) -> str:
+        return ",".join(str(v) for v in self.values)
+
+    __repr__ = __str__
+
+    def __reduce__(self) -> tuple:   # copy and pickle keep the whole list
+        return type(self), (self.values,)
+
+
+class IntSchedule(Schedule, int):
+    def __new__(cls, values: tuple | list) -> "IntSchedule":
+        obj = int.__new__(cls, values[0])
+        obj.values = tuple(int(v) for v in values)
+        return obj
+
+
+class FloatSchedule(Schedule, float):
+    def __new__(cls, values: tuple | list) -> "FloatSchedule":
+        obj = float.__new__(cls, values[0])
+        obj.values = tuple(float(v) for v in values)
+        return obj
+
+
+def at_iteration(value: Any, k: int) -> Any:
+    """``value`` in iteration ``k``: a Schedule's k-th value as a plain
+    number, anything else unchanged."""
+    return value.at(k) if isinstance(value, Schedule) else value
 
 
 def nested(cls: type) -> Any:
@@ -115,6 +162,8 @@ def _convert(cls: type, f: dataclasses.Field, raw: str, via: str) -> Any:
     shown = SECRET if f.metadata.get("secret") else repr(raw)
     if optional and raw.strip().lower() in ("", "none"):
         return None
+    if f.metadata.get("schedule") and "," in raw:
+        return _schedule(cls, f, raw, via, tp)
     try:
         if tp is bool:
             low = raw.strip().lower()
@@ -133,7 +182,25 @@ def _convert(cls: type, f: dataclasses.Field, raw: str, via: str) -> Any:
     return _check(f, name, value, meaning)
 
 
+def _schedule(cls: type, f: dataclasses.Field, raw: str, via: str, tp: Any) -> Schedule:
+    """A comma list of a schedule field, each value converted and checked."""
+    name, meaning = _source(f, via), f.metadata["help"].split(" (default")[0]
+    kind = "an integer" if tp is int else "a number"
+    try:
+        values = [tp(p.strip()) for p in raw.split(",")]
+        if any(v != v for v in values):  # NaN
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"{name}={raw!r} is not {kind} or a comma list of them (one per iteration, e.g. "
+                         f"3,1,1): it is {meaning}.") from None
+    return _check(f, name, (IntSchedule if tp is int else FloatSchedule)(values), meaning)
+
+
 def _check(f: dataclasses.Field, name: str, value: Any, meaning: str) -> Any:
+    if isinstance(value, Schedule):
+        for v in value.values:
+            _check(f, name, v, meaning)
+        return value
     minimum, choices = f.metadata.get("minimum"), f.metadata.get("choices")
     if minimum is not None and value is not None and value < minimum:
         raise UsageError(f"{name}={value} is too small: it is {meaning} and must be >= {minimum:g}.")
@@ -225,6 +292,8 @@ def manifest_config(obj: Any) -> dict[str, Any]:
             out[f.name] = manifest_config(value)
         elif f.metadata.get("secret") and value:
             out[f.name] = SECRET
+        elif isinstance(value, Schedule):
+            out[f.name] = list(value.values)
         else:
             out[f.name] = value
     return out

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The full CPU reproduction of Agent-R's self-training claim (issue 14) with the
-# bundled model on TextCraft: base eval on all 100 test tasks, then ITERATIONS
+# The first full CPU reproduction of Agent-R's self-training claim, with the
+# bundled model on TextCraft (the paper's regime is bench/reproduce_paper.sh): base eval on all 100 test tasks, then ITERATIONS
 # iterations of agent-r, direct and good, greedy eval after each. The results
 # are in bench/RESULTS.md, "Self-training reproduction".
 #
@@ -52,7 +52,7 @@ for _ in $(seq 150); do curl -sf "$URL/health" >/dev/null 2>&1 && break; sleep 0
 
 LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --split_file "$SPLIT"
       --max_pairs_per_tree 4 --max_new_tokens 60 --concurrency 32 --hf_batch_size 32
-      --eval_max_steps 12 --revise_limit 10 --backend hf ${EVAL_LIMIT:+--eval_limit "$EVAL_LIMIT"})
+      --eval_max_steps 12 --revise_limit 10 --revise_max_steps 12 --backend hf ${EVAL_LIMIT:+--eval_limit "$EVAL_LIMIT"})
 LOGS="$RUNS/$NAME/logs"
 mkdir -p "$LOGS"
 

@@ -27,7 +27,8 @@ export LOGLEVEL=${LOGLEVEL:-WARNING}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}    # the tiny model's turns are ~25 tokens; also caps its verifier replies
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-12}    # expert plans of the first test tasks need <= 6
-REVISE_LIMIT=${REVISE_LIMIT:-5}         # revision task: the base model's first 5 failed test episodes
+REVISE_LIMIT=${REVISE_LIMIT:-5}         # revision task: 5 of the base model's failed test episodes, cut at random
+REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-$EVAL_MAX_STEPS}   # turns after the cut
 CONCURRENCY=${CONCURRENCY:-16}          # trees / episodes whose model turns share one batched call
 MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-4}  # revision pairs per tree (0 = all, the reference; many repeat one good path)
 
@@ -57,6 +58,7 @@ echo "== iterate.py: base eval, then $ITERATIONS iteration(s) of search on train
      "(EPOCHS=$EPOCHS LR=$LR) -> eval on ${DEMO_EVAL_LIMIT:-all} test tasks"
 "$PY" iterate.py --name "$NAME" --runs_dir "$OUT" --env_server_base "$URL" --min "$DEMO_MIN" --max "$DEMO_MAX" \
     --max_new_tokens "$MAX_NEW_TOKENS" --eval_max_steps "$EVAL_MAX_STEPS" --revise_limit "$REVISE_LIMIT" \
+    --revise_max_steps "$REVISE_MAX_STEPS" \
     --concurrency "$CONCURRENCY" --max_pairs_per_tree "$MAX_PAIRS_PER_TREE" \
     ${DEMO_EVAL_LIMIT:+--eval_limit "$DEMO_EVAL_LIMIT"}
 

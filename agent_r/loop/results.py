@@ -1,8 +1,15 @@
 """The run's results files, rebuilt from the finished rows after every
 iteration of every variant: results.json (every row and the settings),
-results.md (the success table and per-iteration statistics) and results.png."""
+results.md (the success table, the paired comparisons and per-iteration
+statistics) and results.png.
+
+The paired comparisons (agent_r/loop/stats.py) are derived from the rows'
+per-episode outcomes each time the files are written, so they always cover
+every finished row; in results.json each row carries them as ``paired``."""
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +17,10 @@ from agent_r import plots
 from agent_r.io import atomic_write_json, atomic_write_text
 from agent_r.loop.layout import RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
 from agent_r.loop.settings import IterateSettings
+from agent_r.loop.stats import comparisons
 from agent_r.settings import manifest_config
+
+LOOP_KS = ("1", "2", "3", "4")   # repeated action sequences of length 1-4 (paper Fig. 4)
 
 
 def average(row: dict, key: str) -> Optional[float]:
@@ -18,8 +28,16 @@ def average(row: dict, key: str) -> Optional[float]:
     return round(sum(values) / len(values), 4) if values else None
 
 
+def with_comparisons(rows: list[dict]) -> list[dict]:
+    """The rows, each model row with its ``paired`` comparisons."""
+    paired = comparisons(rows)
+    return [{**r, "paired": paired[(r["iteration"], r["variant"])]} if (r["iteration"], r["variant"]) in paired
+            else r for r in rows]
+
+
 def markdown(s: IterateSettings, rows: list[dict]) -> str:
-    """results.md: test success per task and iteration, then the statistics."""
+    """results.md: test success per task and iteration, the paired
+    comparisons, then the statistics."""
     tasks = s.tasks
     head = ["iteration", "variant", *[f"{t} success %" for t in tasks]] + (["average"] if len(tasks) > 1 else [])
     lines = [f"# Agent-R self-training: {s.name}", "",
@@ -29,26 +47,59 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
     for r in rows:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
-    stat_head = ["iteration", "variant", "revision samples", "good samples", "train samples", "mean first bad step",
-                 "loop k=1 % episodes", "revision-task success %", "train loss first -> last"]
-    lines += ["", "Per-iteration statistics (summed over tasks; loop and revision task: mean over tasks).", "",
-              _md_row(stat_head), _md_row(["---"] * len(stat_head))]
+    lines += _paired_table(rows)
+    stat_head = ["iteration", "variant", "ALPHA / epochs", "revision samples", "good samples", "train samples",
+                 "mean first bad step", "loops k=1/2/3/4 % episodes", "revision-task success %",
+                 "test episodes with a revision turn (succeeded)", "train loss first -> last"]
+    lines += ["", "Per-iteration statistics (summed over tasks; loops and revision task: mean over tasks). "
+              f"Revision task: the base model's failed test episodes, each cut at a random step, continued for "
+              f"at most {s.revise_max_steps} turns.", "", _md_row(stat_head), _md_row(["---"] * len(stat_head))]
     lines += [_md_row(_stat_cells(r)) for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _paired_table(rows: list[dict]) -> list[str]:
+    """Gained / lost test tasks and McNemar's exact p against the base model
+    (every model) and against direct (agent-r), per task."""
+    paired = comparisons(rows)
+    cells = []
+    for r in rows:
+        for part, label in (("test", "test"), ("revise_task", "revision task")):
+            for task, entry in paired.get((r["iteration"], r["variant"]), {}).get(part, {}).items():
+                cells.append([str(r["iteration"]), r["variant"], f"{task} {label}",
+                              _pair(entry.get("vs_base")), _pair(entry.get("vs_direct"))])
+    if not cells:
+        return []
+    head = ["iteration", "variant", "episodes", "vs base: gained / lost (p)", "vs direct: gained / lost (p)"]
+    return ["", "Paired comparisons on the same episodes: episodes solved only by this model / only by the "
+            "other, and McNemar's exact two-sided p-value.", "", _md_row(head), _md_row(["---"] * len(head)),
+            *[_md_row(c) for c in cells]]
+
+
+def _pair(p: Optional[dict]) -> str:
+    return "-" if not p else f"{p['gained']} / {p['lost']} ({p['p_value']:.3g})"
 
 
 def _stat_cells(r: dict) -> list[str]:
     per_task = r.get("data", {}).get("tasks", {}).values()
     firsts = [t["mean_first_bad_step"] for t in per_task if t.get("mean_first_bad_step") is not None]
-    loops = [t["loops_pct"]["1"] for t in r.get("test", {}).values()]
+    tests = list(r.get("test", {}).values())
+    loops = "/".join(mean([t["loops_pct"][k] for t in tests if k in t.get("loops_pct", {})]) for k in LOOP_KS)
     revise = [t["success_pct"] for t in r.get("revise_task", {}).values()]
+    turns = [t["revision_turns"] for t in tests if "revision_turns" in t]
+    turn_cell = f"{sum(t['episodes'] for t in turns)} ({sum(t['succeeded'] for t in turns)})" if turns else "-"
     train = r.get("train") or {}
     loss = f"{train['first_loss']:.3f} -> {train['last_loss']:.3f}" if train.get("first_loss") is not None else "-"
-    mean = lambda xs: _fmt(sum(xs) / len(xs)) if xs else "-"  # noqa: E731
-    return [str(r["iteration"]), r["variant"],
+    alpha = "/".join(f"{a:.3g}" for a in (r.get("alpha") or {}).values())
+    settings = f"{alpha or '-'} / {r['epochs']}" if "epochs" in r else "-"
+    return [str(r["iteration"]), r["variant"], settings,
             *[str(sum(t.get(k, 0) for t in per_task)) if r["iteration"] else "-"
               for k in ("revision_samples", "good_samples")],
-            str(r.get("data", {}).get("train_samples", "-")), mean(firsts), mean(loops), mean(revise), loss]
+            str(r.get("data", {}).get("train_samples", "-")), mean(firsts), loops, mean(revise), turn_cell, loss]
+
+
+def mean(xs: list[float]) -> str:
+    return _fmt(sum(xs) / len(xs)) if xs else "-"
 
 
 def _md_row(cells: list[str]) -> str:
@@ -61,19 +112,30 @@ def _fmt(x: Optional[float]) -> str:
 
 def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     """results.png: test success % per iteration, one line per variant (each
-    starts at the base model), one panel per task plus the average."""
+    starts at the base model), one panel per task plus the average. Drawn
+    under a name of this process's own, then renamed: several loop processes
+    of one run (bench/reproduce_paper.sh runs the variants side by side) may
+    write it at once, and plots.save's temporary name is the same for all."""
     value = lambda r, t: average(r, "success_pct") if t == "average" else r["test"][t]["success_pct"]  # noqa: E731
     base = [r for r in rows if r["iteration"] == 0]
     panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
-    plots.iteration_lines(panels, s.iterations, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, own = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    try:
+        plots.iteration_lines(panels, s.iterations, own)
+        os.replace(own, path)
+    finally:
+        Path(own).unlink(missing_ok=True)
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:
     """results.json, results.md and results.png, each replaced atomically."""
     atomic_write_json(layout.results(RESULTS_JSON), {
         "name": s.name, "tasks": s.tasks, "variants": s.variant_list, "iterations": s.iterations,
-        "train_from": s.train_from, "trainer": trainer, "config": manifest_config(s), "rows": rows})
+        "train_from": s.train_from, "trainer": trainer, "config": manifest_config(s),
+        "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)})
     atomic_write_text(layout.results(RESULTS_MD), markdown(s, rows))
     write_plot(s, rows, layout.results(RESULTS_PNG))

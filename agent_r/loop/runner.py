@@ -19,7 +19,7 @@ from agent_r.loop.layout import BASE, Layout
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
 from agent_r.loop.settings import IterateSettings
-from agent_r.loop.stages import StageIncomplete, run_stage
+from agent_r.loop.stages import StageIncomplete, run_stage, search_settings
 from agent_r.loop.train import check_trainer, train_stage
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
 
@@ -79,17 +79,18 @@ class Loop:
         export = lay.export(k, variant)
         data = self.stage(k, variant, "data", data_dir, lambda: (
             trl_stages.data_stage(s, trees, data_dir, prev, export) if variant == trl_stages.ETO
-            else stages.data_stage(s, self.pool, trees, data_dir, variant, prev, export)))
+            else stages.data_stage(s, self.pool, trees, data_dir, variant, prev, export, k)))
         start, files = self.training_plan(k, variant, prev)
         model_dir = lay.model(k, variant)
         trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
-        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir, trainer))
+        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir, trainer, k))
         model = self.model(k, variant)
         evals = self.stage(k, variant, "eval", lay.eval(k, variant), lambda: stages.eval_stage(
             s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
         return self.finish_row({"iteration": k, "variant": variant, "model": lay.shown(model.model_dir),
                                 "started_from": lay.shown(start if files else prev.model_dir), **evals,
-                                "search": searched, "data": data, "train": trained})
+                                "search": searched, "data": data, "train": trained,
+                                "alpha": {t: s.alpha_for(t, k) for t in s.tasks}, "epochs": s.epochs_for(k)})
 
     def training_plan(self, k: int, variant: str, prev: Policy) -> tuple[str, list[str]]:
         """(the model fine-tuned, the export files it learns from) for model_k:
@@ -102,11 +103,12 @@ class Loop:
         files = [str(self.layout.export(j, variant)) for j in rounds if self.layout.export(j, variant).exists()]
         return start, files
 
-    def train(self, start: str, files: list[str], out: Path, trainer: str) -> dict:
+    def train(self, start: str, files: list[str], out: Path, trainer: str, k: int) -> dict:
         if not files:
             log.warning("no training samples: %s keeps the model it started from", out)
             return {"trainer": None, "skipped": "no training samples"}
-        return train_stage(self.settings, self.pool, trainer, start, files, out)
+        return train_stage(self.settings, self.pool, trainer, start, files, out,
+                           self.settings.train_knobs(k))
 
 
 @dataclass
@@ -138,6 +140,36 @@ def check_inputs(s: IterateSettings) -> tuple[str, str]:
     return base, trainer
 
 
+def leave_out_taught_tasks(s: IterateSettings, base_dir: str, root: Path) -> dict[str, dict]:
+    """The searches skip the train tasks the base model was trained on (its
+    training_tasks.json, agent_r/loop/search_tasks.py): the rest go to a task
+    list in the run folder that the search reads instead. Nothing is written
+    unless a task is left out; none left to search is a usage error."""
+    # imported here: ``python -m agent_r.loop.search_tasks`` must not find it imported by the package
+    from agent_r.loop.search_tasks import plan_exclusions, split_file_path, write_task_list
+
+    if s.iterations == 0 or not Path(base_dir).is_dir():
+        return {}
+    base = policy(s.backend, BASE, base_dir)
+
+    def candidates(task: str) -> list[int]:
+        return get_env(task).search_indices(search_settings(s, task, root, base), s.servers[task])[0]
+
+    plans = plan_exclusions(base_dir, s.tasks, candidates)
+    for task, got in plans.items():
+        if not got["taught_left_out"]:
+            continue
+        if get_env(task).name == "sciworld":
+            raise UsageError(f"{got['taught_left_out']} of the SciWorld tasks chosen for the search are tasks "
+                             f"MODEL_DIR {base_dir} was trained on, and the SciWorld search takes task numbers, not "
+                             "a task list: choose --min/--max (task numbers) that avoid them")
+        path = split_file_path(root, task)
+        write_task_list(path, got["searched"], task)
+        s.search_split[task] = str(path)
+    return {t: {**{k: v for k, v in got.items() if k != "searched"}, "searched": len(got["searched"]),
+                "task_list": s.search_split.get(t, s.split_file)} for t, got in plans.items()}
+
+
 def stage_count(s: IterateSettings) -> int:
     return 1 + s.iterations * len(s.variant_list) * STAGES_PER_ITERATION
 
@@ -146,6 +178,7 @@ def run(s: IterateSettings) -> LoopResult:
     """iterate.py's whole job; resumes a run of the same name."""
     base_dir, trainer = check_inputs(s)
     layout = Layout(Path(s.runs_dir) / s.name)
+    s.search_tasks = leave_out_taught_tasks(s, base_dir, layout.root)
     # one engine serves every stage: sized for the largest prompt budget (eval's by default)
     pool = ModelPool(s.seed, (s.max_token_length or EVAL_PROMPT_BUDGET) + s.max_new_tokens)
     loop = Loop(s, layout, pool, trainer, policy(s.backend, BASE, base_dir))

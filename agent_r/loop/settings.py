@@ -1,18 +1,29 @@
 """Every setting of ``iterate.py``: its own, and the knob groups of the stages
 it runs, nested whole (declared once in agent_r/knobs.py, the training knobs
 in agent_r/training/settings.py), so ITERA, ALPHA or LR mean here exactly what
-they mean to mcts_collection.py, path_collection.py and the trainers."""
+they mean to mcts_collection.py, path_collection.py and the trainers. ALPHA and
+EPOCHS may hold one value per iteration (a comma list, agent_r.settings.Schedule):
+``alpha_for`` and ``train_knobs`` give iteration k's."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 from agent_r.envs import get_env
 from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice
-from agent_r.settings import BackendSettings, UsageError, max_new_tokens_setting, nested, setting
+from agent_r.settings import (BackendSettings, UsageError, at_iteration, max_new_tokens_setting, nested,
+                              setting)
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
 
 VARIANTS = ("agent-r", "direct", "good", "eto")
+# ALPHA unset: the paper's 0.5, 0.7, 1.0 in iterations 1, 2, 3 (and later), as
+# shares of the task's max score (iteration 1's equals every task's own default).
+PAPER_ALPHA = (0.5, 0.7, 1.0)
+# A good path's leaf must score ABOVE alpha (the reference's "value(high) > ALPHA");
+# an alpha at the max score would then keep nothing, where the paper means "only
+# optimal trajectories count": such an alpha is handed on just below the max.
+OPTIMAL_ONLY = 1 - 1e-9
 
 
 @dataclass
@@ -58,8 +69,12 @@ class IterateSettings(TaskChoice, PromptBudget):
                                       "(default 0, greedy)")
     eval_limit: Optional[int] = setting(None, minimum=1, help="the first N test tasks per task (default all)")
     eval_max_steps: int = setting(100, minimum=1, help="model turns per evaluated episode (default 100)")
-    revise_limit: int = setting(20, minimum=0, help="revision-task episodes per task: the base model's first N "
-                                "failed test episodes, continued by each model (0 = off; default 20)")
+    revise_limit: Optional[int] = setting(None, minimum=0, help="revision-task episodes per task: the base "
+                                          "model's failed test episodes, each cut at a random step and continued by "
+                                          "every model; a number caps them (a seeded sample), 0 = off (default: "
+                                          "all, the paper's)")
+    revise_max_steps: int = setting(50, minimum=1, help="model turns per revision-task episode after the cut "
+                                    "(default 50, the paper's)")
     # every stage
     max_new_tokens: int = max_new_tokens_setting()
     concurrency: int = setting(8, minimum=1, help="trees searched / episodes played at once (default 8)")
@@ -93,3 +108,27 @@ class IterateSettings(TaskChoice, PromptBudget):
             raise UsageError(f"--env_server_base has {len(servers)} URLs for {len(self.tasks)} tasks: give one "
                              "per TASK entry, in the same order")
         self.servers = dict(zip(self.tasks, servers or [get_env(t).default_server for t in self.tasks]))
+        # per task, the task list the search reads instead of --split_file (the loop
+        # fills it when it drops the base model's own training tasks)
+        self.search_split: dict[str, str] = {}
+        self.search_tasks: dict[str, dict] = {}   # what was left out of the search, for results.json
+
+    def alpha_for(self, task: str, k: int) -> float:
+        """ALPHA of iteration ``k`` for ``task``: the k-th of a comma list, the
+        one value given, else the paper's schedule on the task's score scale;
+        one at or above the max score keeps only max-score leaves."""
+        spec = get_env(task)
+        if self.pairs.alpha is None:
+            alpha = PAPER_ALPHA[min(k, len(PAPER_ALPHA)) - 1] * spec.max_score
+        else:
+            alpha = float(at_iteration(self.pairs.alpha, k))
+        return spec.max_score * OPTIMAL_ONLY if alpha >= spec.max_score else alpha
+
+    def epochs_for(self, k: int) -> int:
+        """EPOCHS of the fine-tune that makes model_k. TRAIN_FROM=base fine-tunes
+        the base model every time, as iteration 1 does, so it takes the first."""
+        return int(at_iteration(self.train.epochs, 1 if self.train_from == "base" else k))
+
+    def train_knobs(self, k: int) -> TrainKnobs:
+        """The training knobs of iteration ``k``: plain numbers, this iteration's."""
+        return dataclasses.replace(self.train, epochs=self.epochs_for(k))

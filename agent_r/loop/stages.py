@@ -23,6 +23,7 @@ from agent_r.io import atomic_write_json, read_json
 from agent_r.loop.models import ModelPool, Policy
 from agent_r.loop.revise_task import revise_tasks_file, write_revise_tasks
 from agent_r.loop.settings import IterateSettings
+from agent_r.loop.stats import episode_stats
 from agent_r.settings import group_values
 from agent_r.tree import leaf_paths, load_tree
 
@@ -61,15 +62,18 @@ def search_settings(s: IterateSettings, task: str, out: Path, p: Policy) -> sear
     ss = search.SearchSettings(
         **group_values(s.search), task=task, max_token_length=s.max_token_length, max_new_tokens=s.max_new_tokens,
         seed=s.seed, env_server_base=s.servers[task], min=s.min, max=s.max, task_iteration=s.task_iteration,
-        split_file=s.split_file, output_dir=str(out), concurrency=s.concurrency, backend=p.backend)
+        split_file=s.search_split.get(task, s.split_file), output_dir=str(out), concurrency=s.concurrency,
+        backend=p.backend)
     ss.finish()
     return ss
 
 
 def path_settings(s: IterateSettings, task: str, trees: Path, out: Path, data_type: str, revise: bool,
-                  p: Policy) -> revision_data.PathSettings:
+                  p: Policy, iteration: int = 1) -> revision_data.PathSettings:
+    """path_collection.py's settings for iteration ``iteration``: its ALPHA."""
+    pairs = {**group_values(s.pairs), "alpha": s.alpha_for(task, iteration)}
     ps = revision_data.PathSettings(
-        **group_values(s.pairs), task=task, input_dir=str(trees), output_dir=str(out), data_type=data_type,
+        **pairs, task=task, input_dir=str(trees), output_dir=str(out), data_type=data_type,
         revise=revise, seed=s.seed, max_new_tokens=s.max_new_tokens, max_token_length=s.max_token_length,
         backend=p.backend)
     ps.finish()
@@ -80,7 +84,8 @@ def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_fr
                   ) -> evaluation.EvalSettings:
     es = evaluation.EvalSettings(
         task=task, model_type="test", temperature=s.eval_temperature, max_token_length=s.max_token_length,
-        env_server_base=s.servers[task], max_steps=s.eval_max_steps, output_dir=str(out),
+        env_server_base=s.servers[task], max_steps=s.revise_max_steps if revise_from else s.eval_max_steps,
+        output_dir=str(out),
         concurrency=s.concurrency, seed=s.seed, max_new_tokens=s.max_new_tokens,
         limit=None if revise_from else s.eval_limit, revise_from=str(revise_from) if revise_from else None,
         backend=p.backend)
@@ -133,8 +138,8 @@ def revision_stats(result: revision_data.CollectResult) -> dict:
             "verifier_prompts": sum(r.verifier_prompts for r in done)}
 
 
-def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, variant: str, p: Policy
-                 ) -> tuple[dict, list[str]]:
+def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, variant: str, p: Policy,
+                 iteration: int = 1) -> tuple[dict, list[str]]:
     """Revision rows (unless ``good``) and good rows of every task: (per-task
     statistics, the JSONL files)."""
     stats, files = {}, []
@@ -143,7 +148,7 @@ def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, va
         kinds = [("good", False)] if variant == "good" else [("centric", variant == "agent-r"), ("good", False)]
         task_stats: dict[str, Any] = {}
         for data_type, revise in kinds:
-            ps = path_settings(s, task, input_dir, out, data_type, revise, p)
+            ps = path_settings(s, task, input_dir, out, data_type, revise, p, iteration)
             verifier = pool.backend(p) if ps.revision_config().needs_verifier else None
             result = revision_data.collect(ps, backend=verifier)
             if result.failed:
@@ -157,9 +162,9 @@ def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, va
 
 
 def data_stage(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, variant: str, p: Policy,
-               train_file: Path) -> dict:
+               train_file: Path, iteration: int = 1) -> dict:
     """The variant's rows of every task, exported as one pooled XTuner file."""
-    stats, files = collect_data(s, pool, trees, out, variant, p)
+    stats, files = collect_data(s, pool, trees, out, variant, p, iteration)
     # counted with the trained model's tokenizer, so no sample is cut at MAX_LENGTH in training
     tokenizer = p.model_dir if Path(p.model_dir).is_dir() else None
     settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
@@ -184,7 +189,8 @@ def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dic
     sm = done.summary
     return {"tasks": sm["tasks"], "score_x100": round(sm["score_x100"], 4),
             "success_pct": round(100 * sm["success_rate"], 4), "mean_steps": round(sm["mean_steps"], 4),
-            "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()}}
+            "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()},
+            **episode_stats(done.run_dir, [t.key for t in planned.tasks], es.task or "")}
 
 
 def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise_from: Optional[Path]) -> dict:
@@ -195,11 +201,14 @@ def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise
     for task in s.tasks:
         es = eval_settings(s, task, out, p)
         stats["test"][task] = evaluate_one(es, pool, p)
-        if s.revise_limit <= 0:
+        if s.revise_limit == 0:
             continue
         source = revise_tasks_file(revise_from or out, task)
-        if revise_from is None and not source.exists():
-            write_revise_tasks(es.run_dir(), source, s.revise_limit)
+        if revise_from is None:   # the base run: rows depend only on its finished episodes and the seed
+            counts = write_revise_tasks(es.run_dir(), source, task, s.seed, s.revise_limit)
+            stats.setdefault("revise_task_source", {})[task] = counts
+            log.info("revision task of %s: %d of %d failed test episodes, each cut at a random step", task,
+                     counts["episodes"], counts["failed"])
         if source.exists() and source.stat().st_size:
             stats["revise_task"][task] = evaluate_one(eval_settings(s, task, out, p, revise_from=source), pool, p)
     return stats

@@ -16,6 +16,7 @@ import logging
 import re
 import subprocess
 from pathlib import Path
+from typing import Optional
 
 from agent_r.loop.layout import HF_DIR, XTUNER_DIR
 from agent_r.loop.models import ModelPool
@@ -71,13 +72,14 @@ def xtuner_losses(work_dir: Path) -> list[float]:
             for line in scalars.read_text(encoding="utf-8").splitlines() if '"loss"' in line]
 
 
-def train_xtuner(s: IterateSettings, start: str, data_files: list[str], out: Path) -> dict:
+def train_xtuner(s: IterateSettings, start: str, data_files: list[str], out: Path,
+                 knobs: Optional[TrainKnobs] = None) -> dict:
     """xtuner_config/train.sh in the training environment (the environment is
     inherited: NPROC_PER_NODE, NNODES, SAVE_FP32, PYTHONPATH ... reach it, and
     train.sh puts the repository on PYTHONPATH); writes ``out/xtuner``
     (checkpoints, resumed on a rerun) and ``out/hf``."""
     work = out / XTUNER_DIR
-    values = {**knob_env(s.train), "MODEL_DIR": start, "DATA_FILES": ",".join(data_files), "SEED": str(s.seed),
+    values = {**knob_env(knobs or s.train), "MODEL_DIR": start, "DATA_FILES": ",".join(data_files), "SEED": str(s.seed),
               "WORK_DIR": str(work), "HF_DIR": str(out / HF_DIR), "DEEPSPEED": s.deepspeed,
               "TRAIN_VENV": str(Path(s.train_venv).resolve())}
     if s.xtuner_config:
@@ -100,17 +102,19 @@ def train_xtuner(s: IterateSettings, start: str, data_files: list[str], out: Pat
 
 
 def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, data_files: list[str],
-                out: Path) -> dict:
-    """model_k in ``out/hf``, fine-tuned from ``start`` on ``data_files``."""
+                out: Path, knobs: Optional[TrainKnobs] = None) -> dict:
+    """model_k in ``out/hf``, fine-tuned from ``start`` on ``data_files``
+    with ``knobs`` (this iteration's: ``IterateSettings.train_knobs``)."""
+    knobs = knobs or s.train_knobs(1)
     pool.close()   # the accelerator (or the CPU) is the trainer's now
     if trainer == "xtuner":
-        stats = train_xtuner(s, start, data_files, out)
+        stats = train_xtuner(s, start, data_files, out, knobs)
     elif trainer == "trl":
-        return train_trl(s, start, data_files, out)
+        return train_trl(s, start, data_files, out, knobs)
     elif trainer == DPO_TRAINER:
-        return train_eto(s, start, data_files, out)
+        return train_eto(s, start, data_files, out, knobs)
     else:
-        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), s.train, seed=s.seed)
+        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed)
     stats.pop("config", None)
     stats.pop("seconds", None)   # the stage's time is recorded with every stage's
-    return stats
+    return {**stats, "epochs": knobs.epochs, "lr": knobs.lr}

@@ -27,6 +27,7 @@ from agent_r.loop.models import Policy
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import search_settings
 from agent_r.training import eto, trl_sft
+from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +51,11 @@ def stage_stats(stats: dict, out: Path) -> dict:
 
 # --------------------------------------------------------------------------- TRAINER=trl
 
-def train_trl(s: IterateSettings, start: str, data_files: list[str], out: Path) -> dict:
+def train_trl(s: IterateSettings, start: str, data_files: list[str], out: Path, knobs: TrainKnobs) -> dict:
     """model_k in ``out/hf``: TRL's SFTTrainer on the export files with the
     loop's TrainKnobs, seed and TRL knobs (resumes a killed run from its
     last checkpoint under ``out/trainer``)."""
-    cfg = trl_sft.TrlConfig.from_knobs(s.train, s.seed, s.trl)
+    cfg = trl_sft.TrlConfig.from_knobs(knobs, s.seed, s.trl)
     return stage_stats(trl_sft.fine_tune(start, data_files, str(out), cfg), out)
 
 
@@ -94,8 +95,8 @@ def pooled_pairs(files: list[str], out: Path) -> str:
     return str(joined)
 
 
-def train_eto(s: IterateSettings, start: str, pairs_files: list[str], out: Path) -> dict:
+def train_eto(s: IterateSettings, start: str, pairs_files: list[str], out: Path, knobs: TrainKnobs) -> dict:
     """model_k in ``out/hf``: DPO from ``start`` against ``start`` itself on the pairs."""
-    cfg = eto.EtoConfig.from_knobs(s.train, s.eto, s.seed, s.trl)
+    cfg = eto.EtoConfig.from_knobs(knobs, s.eto, s.seed, s.trl)
     stats = eto.train_dpo(start, pooled_pairs(pairs_files, out), str(out), cfg, ref_model_dir=start)
     return stage_stats(stats, out)

@@ -12,14 +12,19 @@ list of ``{"messages": [...]}`` where every assistant message carries a boolean
 it", so a file without the flags (e.g. the reference's converter output) would
 silently train on the bad prefix of every revision sample; it is rejected here.
 
-General data (the paper mixes ShareGPT at eta = 0.2) is a JSON list of
-``{"conversations": [{"from": "human"|"gpt"|"system", "value": str}]}``. We add
-``round(eta x number of agent samples)`` general conversations: a seeded
-sample without replacement, or every conversation repeated and a seeded
-remainder when the file has fewer.
+General data (the paper mixes ShareGPT at eta = 0.2) is a JSON list (or
+JSONL) of ``{"conversations": [{"from": "human"|"gpt"|"system", "value":
+str}]}``, or of conversations in this project's own format, ``{"messages":
+[...]}`` with the assistant turns' ``loss`` flags (a model's own training data,
+e.g. scripts/make_expert_data.py's output: what a small model trained from
+scratch has instead of ShareGPT; its fixed turns stay untrained); several
+files comma-separated. We add ``round(eta x number of agent samples)`` general
+conversations: a seeded sample without replacement, or every conversation
+repeated and a seeded remainder when the files have fewer.
 """
 from __future__ import annotations
 
+import json
 import logging
 import random
 from pathlib import Path
@@ -83,20 +88,60 @@ def sharegpt_to_messages(conversation: list) -> list[dict] | None:
     return msgs if any(m["role"] == "assistant" for m in msgs) else None
 
 
+def own_format_messages(messages: list) -> list[dict] | None:
+    """This project's conversation (role/content messages; an assistant
+    message trained unless its ``loss`` is false) -> messages with a boolean
+    ``loss`` on each assistant turn; None when malformed or nothing is trained."""
+    msgs = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(m.get("content"), str):
+            return None
+        msg = {"role": m["role"], "content": m["content"]}
+        if m["role"] == "assistant":
+            msg["loss"] = m.get("loss") is not False and str(m.get("loss", True)).lower() != "false"
+        msgs.append(msg)
+    return msgs if any(m.get("loss") for m in msgs) else None
+
+
+def _load_rows(path: str, fix: str) -> list:
+    """A JSON list, or JSON Lines (one object a line) when the file is not one."""
+    if not Path(path).is_file():
+        raise UsageError(f"GENERAL_DATA file {path} does not exist: {fix}")
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        rows = json.loads(text)
+    except ValueError:
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError as exc:
+            raise UsageError(f"GENERAL_DATA {path} is neither JSON nor JSON Lines ({exc}): {fix}") from None
+    if not isinstance(rows, list):
+        raise UsageError(f"{path} is not a JSON list: {fix}")
+    return rows
+
+
 def load_general_samples(path: str) -> list[dict]:
-    fix = 'give a JSON list of {"conversations": [{"from": "human"|"gpt", "value": ...}]} (ShareGPT format)'
-    rows = _load_list(path, "GENERAL_DATA", fix)
-    samples, skipped = [], 0
-    for row in rows:
-        msgs = sharegpt_to_messages(row.get("conversations")) if isinstance(row, dict) and \
-            isinstance(row.get("conversations"), list) else None
-        if msgs is None:
-            skipped += 1
-        else:
-            samples.append({"messages": msgs})
+    """The general conversations of GENERAL_DATA (one file, or several comma-separated)."""
+    fix = ('give a JSON list or JSONL of {"conversations": [{"from": "human"|"gpt", "value": ...}]} (ShareGPT '
+           'format) or of {"messages": [...]} (this project\'s conversations)')
+    samples, skipped, total = [], 0, 0
+    for one in [p.strip() for p in path.split(",") if p.strip()]:
+        rows = _load_rows(one, fix)
+        total += len(rows)
+        for row in rows:
+            msgs = None
+            if isinstance(row, dict) and isinstance(row.get("conversations"), list):
+                msgs = sharegpt_to_messages(row["conversations"])
+            elif isinstance(row, dict) and isinstance(row.get("messages"), list):
+                msgs = own_format_messages(row["messages"])
+            if msgs is None:
+                skipped += 1
+            else:
+                samples.append({"messages": msgs})
     if skipped:
         log.warning("GENERAL_DATA %s: skipped %d of %d conversations (unknown speaker, malformed, "
-                    "or no assistant turn)", path, skipped, len(rows))
+                    "or no assistant turn)", path, skipped, total)
     if not samples:
         raise UsageError(f"GENERAL_DATA {path} has no usable conversation: {fix}")
     return samples

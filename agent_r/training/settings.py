@@ -18,8 +18,10 @@ copies the fields into config variables. This module and everything it
 imports are standard-library only, so the training environment (XTuner pins
 transformers 4.48) imports it too.
 
-Defaults are XTuner's reference values for Llama-3 8B full fine-tuning
-(llama3_8b_instruct_full_alpaca_e3; the paper does not publish its own),
+Defaults are the paper's for Llama-3.1-8B (LR 2e-5, 3% warm-up then cosine,
+batch 1 x 16 accumulation, 3 epochs in the first self-training iteration and 1
+in later ones, general data at ETA 0.2), which are also XTuner's reference
+values for Llama-3 8B full fine-tuning (llama3_8b_instruct_full_alpaca_e3),
 except MAX_LENGTH: the search's prompt budget, the length
 ``path_collection.py export --tokenizer`` fits samples to.
 """
@@ -27,11 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent_r.settings import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, ModelDir, parse, setting
+from agent_r.settings import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, IntSchedule, ModelDir, parse, setting
 
 # Training sequences as long as the search's prompt budget: a sample then holds
 # about the context the model had when it chose the sample's turns.
 DEFAULT_MAX_LENGTH = DEFAULT_MAX_TOKEN_LENGTH
+# The paper's epochs per self-training iteration: 3 in the first, then 1 "to
+# mitigate overfitting"; a trainer run on its own takes the first.
+PAPER_EPOCHS = (3, 1, 1)
 
 
 @dataclass
@@ -66,7 +71,10 @@ class TrainKnobs(StepKnobs):
                                 "(default: none)")
     eta: float = setting(0.2, env="ETA", flag=None, minimum=0.0,
                          help="the number of general samples per agent sample (default 0.2, the paper's)")
-    epochs: int = setting(3, env="EPOCHS", flag=None, minimum=1, help="the number of training epochs (default 3)")
+    epochs: int = setting(IntSchedule(PAPER_EPOCHS), env="EPOCHS", flag=None, minimum=1, schedule=True,
+                          help="the number of training epochs; iterate.py also takes one value per iteration, "
+                          "comma-separated (a trainer run alone uses the first) (default 3,1,1: 3 in iteration 1, "
+                          "then 1, the paper's)")
     lr: float = setting(2e-5, env="LR", flag=None, minimum=0.0, help="the peak learning rate (default 2e-5)")
 
 
@@ -102,6 +110,7 @@ class TrainSettings(ModelDir, TrainKnobs, TrainSeed, Checkpoints):
         """MODEL_DIR unset: the bundled model, as for every other script."""
         if not (self.model_dir and self.model_dir.strip()):
             self.model_dir = str(BUNDLED_MODEL_DIR)
+        self.epochs = int(self.epochs)   # one run: a per-iteration list's first value, as a plain int
 
 
 @dataclass

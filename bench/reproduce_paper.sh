@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Agent-R's self-training claim in the paper's regime, on a CPU box: a base
+# model that never saw the tasks it searches (models/textcraft-base, taught a
+# third of the TextCraft train split), 200 of the other train tasks searched,
+# 3 iterations of agent-r, direct and good with the paper's settings, greedy
+# eval on all 100 test tasks and the revision task after every iteration.
+# docs/iterate.md ("The paper's regime") explains each setting.
+#
+# It is iterate.py, spread over the cores as bench/reproduce_full.sh does: the
+# base eval beside the iteration-1 search (mcts_collection.py shards writing
+# the folder iterate.py reads), then per iteration one iterate.py per variant
+# side by side, then one with every variant that only reads the finished
+# stages back and writes results.{json,md,png}; each finished iteration's small
+# results (results.*, every eval's summary.json, the task list) are copied to
+# $REPRO_OUT. Rerunning resumes.
+#
+#   bash bench/reproduce_paper.sh                          # the full run (many hours on 2 cores)
+#   TRAIN_TASKS=2 EVAL_LIMIT=3 ITERATIONS=1 ITERA=1 NAME=smoke bash bench/reproduce_paper.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PY:-.venv/bin/python}
+RUNS=${RUNS:-runs}
+NAME=${NAME:-repro_paper}
+REPRO_OUT=${REPRO_OUT:-bench/reproduction/$NAME}   # small results only: never trees or weights
+TRAIN_TASKS=${TRAIN_TASKS:-200}   # the paper's 200 TextCraft train tasks, none the base model was taught
+TASK_SEED=${TASK_SEED:-0}         # which of them (a seeded sample spread over the recipe depths)
+SHARDS=${SHARDS:-2}               # search shards beside the base eval; 0 = the loop searches iteration 1 itself
+PARALLEL=${PARALLEL:-1}           # 1: the variants side by side; 0: one after another (one accelerator)
+EVAL_LIMIT=${EVAL_LIMIT:-}        # empty: all 100 test tasks
+REVISE_LIMIT=${REVISE_LIMIT:-}    # empty: every failed test episode of the base model (the paper's)
+export TASK=textcraft MODEL_DIR=${MODEL_DIR:-models/textcraft-base}
+export BACKEND=${BACKEND:-hf}
+# search (the paper's): 8 MCTS iterations, 4 children, depth 20, TEMP 1, c 0.25
+export ITERATIONS=${ITERATIONS:-3} ITERA=${ITERA:-8} N_GEN=${N_GEN:-4} MAX_DEPTH=${MAX_DEPTH:-20} TEMP=${TEMP:-1.0}
+EXPLORATION_C=${EXPLORATION_C:-0.25}
+# pairs (the paper's): alpha 0.5, 0.7, 1.0 in iterations 1, 2, 3; beta 0.2
+export ALPHA=${ALPHA:-0.5,0.7,1.0} BETA=${BETA:-0.2}
+MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-0}   # 0 = every pair, as the reference
+# training (the paper's, but LR): 3 epochs then 1, 3% warm-up, cosine, batch 1 x 16,
+# general data at ETA 0.2. LR 1e-4 instead of 2e-5: the paper fine-tunes Llama-3.1-8B
+# at about 1/15 of its pretraining peak LR (3e-4); the tiny model was trained from
+# scratch at a peak of 2e-3, and 1/15 of that is 1.3e-4.
+export TRAINER=${TRAINER:-cpu} EPOCHS=${EPOCHS:-3,1,1} LR=${LR:-1e-4} WARMUP_RATIO=${WARMUP_RATIO:-0.03}
+export BATCH_SIZE=${BATCH_SIZE:-1} ACCUMULATIVE_COUNTS=${ACCUMULATIVE_COUNTS:-16} ETA=${ETA:-0.2}
+# the tiny model's sizes: prompts and training sequences of 2048 tokens, turns of <= 60
+export MAX_LENGTH=${MAX_LENGTH:-2048} MAX_TOKEN_LENGTH=${MAX_TOKEN_LENGTH:-2048}
+MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}
+# evaluation (the paper's): greedy, 100 turns; revision task: 50 turns after the cut
+export EVAL_TEMP=${EVAL_TEMP:-0}
+EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-100}
+REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-50}
+CONCURRENCY=${CONCURRENCY:-32}
+HF_BATCH_SIZE=${HF_BATCH_SIZE:-32}
+export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
+unset VARIANTS
+
+ROOT="$RUNS/$NAME"
+LOGS="$ROOT/logs"
+mkdir -p "$LOGS" "$REPRO_OUT"
+if [ ! -d "$MODEL_DIR" ]; then
+  echo "error: MODEL_DIR $MODEL_DIR does not exist: merge or train the base model (models/textcraft-base), or set MODEL_DIR" >&2
+  exit 2
+fi
+
+# The searched train tasks: TRAIN_TASKS of those the base model was not trained on.
+SPLIT="$ROOT/train_tasks.json"
+[ -f "$SPLIT" ] || "$PY" -m agent_r.loop.search_tasks --model_dir "$MODEL_DIR" --n "$TRAIN_TASKS" \
+    --seed "$TASK_SEED" --out "$SPLIT"
+
+# General data (the paper's ShareGPT at ETA): the base model's own training data,
+# rebuilt from the tasks its training_tasks.json lists (policy and verifier rows).
+if [ -z "${GENERAL_DATA+set}" ]; then
+  GEN="$ROOT/general_data"
+  TAUGHT=base
+  [ -f "$MODEL_DIR/training_tasks.json" ] && TAUGHT="$MODEL_DIR/training_tasks.json"
+  mkdir -p "$GEN"
+  [ -f "$GEN/policy.jsonl" ] || "$PY" -m scripts.make_expert_data --tasks "$TAUGHT" --out "$GEN/policy.jsonl"
+  [ -f "$GEN/verifier.jsonl" ] || "$PY" -m scripts.make_verifier_data --tasks "$TAUGHT" --out "$GEN/verifier.jsonl"
+  GENERAL_DATA="$GEN/policy.jsonl,$GEN/verifier.jsonl"
+fi
+export GENERAL_DATA
+
+PORT=${PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+URL="http://127.0.0.1:$PORT"
+"$PY" -m agentenv_servers.textcraft --port "$PORT" > "$ROOT/textcraft_server.log" 2>&1 &
+SERVER_PID=$!
+trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 150); do curl -sf "$URL/health" >/dev/null 2>&1 && break; sleep 0.2; done
+
+LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --split_file "$SPLIT"
+      --exploration_c "$EXPLORATION_C" --max_pairs_per_tree "$MAX_PAIRS_PER_TREE" --max_new_tokens "$MAX_NEW_TOKENS"
+      --concurrency "$CONCURRENCY" --hf_batch_size "$HF_BATCH_SIZE" --eval_max_steps "$EVAL_MAX_STEPS"
+      --revise_max_steps "$REVISE_MAX_STEPS" ${EVAL_LIMIT:+--eval_limit "$EVAL_LIMIT"}
+      ${REVISE_LIMIT:+--revise_limit "$REVISE_LIMIT"})
+
+# Copies a finished iteration's small results: results.*, every eval's summary, the task lists.
+copy_results() {
+  local dst
+  dst=$(cd "$REPRO_OUT" && pwd)
+  cp "$ROOT"/results.json "$ROOT"/results.md "$ROOT"/results.png "$SPLIT" "$dst"/
+  (cd "$ROOT" && find . -maxdepth 1 -name 'search_tasks_*.json' -exec cp {} "$dst"/ \; &&
+   find . -path '*/eval/*' -name summary.json -exec cp --parents {} "$dst"/ \;)
+  echo "== results of iterations 0..$1 copied to $REPRO_OUT"
+}
+
+echo "== 0: base eval beside the iteration-1 search of $(grep -c item_id "$SPLIT") train tasks in $SHARDS shard(s) (logs: $LOGS)"
+pids=()
+ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval.log" 2>&1 & pids+=($!)
+for ((i = 0; i < SHARDS; i++)); do
+  "$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" \
+      --split_file "$SPLIT" --exploration_c "$EXPLORATION_C" --max_new_tokens "$MAX_NEW_TOKENS" \
+      --concurrency "$CONCURRENCY" --hf_batch_size "$HF_BATCH_SIZE" --model_name base \
+      --shard_index "$i" --num_shards "$SHARDS" > "$LOGS/search_shard$i.log" 2>&1 & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done   # a failed item is retried below
+# One process finishes whatever tree a shard left, so the variants never search the same tree at once.
+"$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" --split_file "$SPLIT" \
+    --exploration_c "$EXPLORATION_C" --max_new_tokens "$MAX_NEW_TOKENS" --concurrency "$CONCURRENCY" \
+    --hf_batch_size "$HF_BATCH_SIZE" --model_name base > "$LOGS/search_rest.log" 2>&1 || true
+ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval_rest.log" 2>&1
+copy_results 0
+
+for ((k = 1; k <= ITERATIONS; k++)); do
+  echo "== $k: iteration $k of each variant ($VARIANT_LIST)"
+  pids=()
+  for v in ${VARIANT_LIST//,/ }; do
+    if [ "$PARALLEL" = 1 ]; then
+      ITERATIONS=$k VARIANTS=$v "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_$v.log" 2>&1 & pids+=($!)
+    else
+      ITERATIONS=$k VARIANTS=$v "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_$v.log" 2>&1 || true
+    fi
+  done
+  for p in "${pids[@]+"${pids[@]}"}"; do wait "$p" || true; done
+  # every variant together: finished stages are only read back; retries what failed
+  ITERATIONS=$k VARIANTS=$VARIANT_LIST "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
+  copy_results "$k"
+done
+cat "$ROOT/results.md"

@@ -1,0 +1,70 @@
+"""bench/reproduce_paper.sh searches iteration 1 with mcts_collection.py
+(shards beside the base eval, then one process for what they left) into the
+folder iterate.py's search stage reads, with the loop's search settings; were
+it another folder, every variant would silently search all trees again."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from agent_r.loop import IterateSettings
+from agent_r.loop.layout import BASE, Layout
+from agent_r.loop.models import policy
+from agent_r.loop.stages import search_settings
+from agent_r.search import SearchSettings
+from agent_r.settings import parse
+from tests.loop.conftest import ROOT
+
+SCRIPT = (ROOT / "bench" / "reproduce_paper.sh").read_text()
+
+
+def commands(program: str) -> list[str]:
+    """Every ``"$PY" <program>`` command line of the script, up to its redirection."""
+    out, rest = [], SCRIPT
+    while f'"$PY" {program}' in rest:
+        rest = rest[rest.index(f'"$PY" {program}'):]
+        out.append(rest[:rest.index(" > ")].replace("\\\n", " "))
+        rest = rest[len(out[-1]):]
+    return out
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["shard", "rest"])
+def test_its_iteration_1_search_writes_the_folder_the_loop_reads(which, tmp_path, textcraft_server):
+    split = tmp_path / "tasks.json"
+    split.write_text(json.dumps([{"item_id": "textcraft_1"}]))
+    values = {"$ROOT": str(tmp_path / "run"), "$URL": textcraft_server, "$SPLIT": str(split), "$SHARDS": "2",
+              "$i": "1", "$EXPLORATION_C": "0.25", "$MAX_NEW_TOKENS": "60", "$CONCURRENCY": "32",
+              "$HF_BATCH_SIZE": "32"}
+    command = commands("mcts_collection.py")[which]
+    for var, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
+        command = command.replace(f'"{var}"', value).replace(var, value)
+    env = {"TASK": "textcraft", "ITERA": "8", "N_GEN": "4", "MAX_DEPTH": "20", "TEMP": "1.0"}
+    shard = parse(SearchSettings, shlex.split(command)[2:], env)
+
+    loop = parse(IterateSettings, ["--env_server_base", textcraft_server, "--split_file", str(split),
+                                   "--exploration_c", "0.25", "--max_new_tokens", "60"], env)
+    base = policy(loop.backend, BASE, shard.backend.model_dir)
+    read = search_settings(loop, "textcraft", Layout(tmp_path / "run").trees(1, BASE), base)
+    assert shard.out_dir() == read.out_dir()
+    assert (shard.iterations, shard.n_gen, shard.max_depth, shard.temperature, shard.c, shard.max_new_tokens) == \
+        (read.iterations, read.n_gen, read.max_depth, read.temperature, read.c, read.max_new_tokens)
+    assert shard.split_file == read.split_file
+    if which == 0:
+        assert (shard.shard.shard_index, shard.shard.num_shards) == (1, 2)
+
+
+def test_its_loop_flags_parse():
+    """The iterate.py flags of the script exist (a renamed flag would only
+    fail after the base eval, hours into a run)."""
+    start = SCRIPT.index("LOOP=(iterate.py")
+    words = shlex.split(SCRIPT[start + len("LOOP=("):SCRIPT.index(")", start)].replace("\\\n", " "))
+    flags = [w.split("+", 1)[-1] for w in words[1:] if w.startswith("--") or w.startswith("${")]
+    assert "--eval_limit" in flags and "--revise_limit" in flags   # the optional ones, ${VAR:+--flag "$VAR"}
+    args = []
+    for flag in flags:
+        args += [flag, {"--name": "x", "--runs_dir": "r", "--env_server_base": "http://127.0.0.1:9",
+                        "--split_file": "t.json", "--exploration_c": "0.25"}.get(flag, "7")]
+    s = parse(IterateSettings, args, {})
+    assert s.revise_max_steps == 7 and s.eval_max_steps == 7 and s.revise_limit == 7
