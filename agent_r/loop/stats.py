@@ -24,7 +24,7 @@ from typing import Any, Iterable, Optional
 
 from agent_r import conversation as conv
 from agent_r.io import read_json
-from agent_r.report import result_path
+from agent_r.paths import result_file
 from agent_r.revision import REVISION_THOUGHTS
 
 REVISION_ACTION = "wait"   # the action of the spliced revision turn
@@ -88,7 +88,7 @@ def episode_stats(run_dir: str | Path, keys: Iterable[str], task: str = "textcra
     outcomes: dict[str, int] = {}
     with_turn = succeeded = turns = 0
     for key in keys:
-        path = result_path(Path(run_dir), key)
+        path = result_file(Path(run_dir), key)
         try:
             result = read_json(path)
         except (ValueError, OSError):

@@ -16,7 +16,7 @@ from agent_r.io import atomic_write_json
 from agent_r.loop.results import markdown, with_comparisons
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons, episode_stats, is_revision_turn, mcnemar_exact, paired, revision_turns
-from agent_r.report import result_path
+from agent_r.paths import result_file
 from agent_r.revision import REVISION_THOUGHTS
 from agent_r.settings import parse
 
@@ -87,8 +87,8 @@ def test_episode_stats_reads_outcomes_and_revision_turns_from_result_files(tmp_p
     files = {"1": result([plain, revising, plain], True), "2": result([revising, plain], False),
              "3": result([plain], True), "4": result([plain, plain], False)}
     for key, data in files.items():
-        atomic_write_json(result_path(tmp_path, key), data)
-    (result_path(tmp_path, "5")).write_text("{not json")   # unreadable: left out
+        atomic_write_json(result_file(tmp_path, key), data)
+    (result_file(tmp_path, "5")).write_text("{not json")   # unreadable: left out
     got = episode_stats(tmp_path, ["1", "2", "3", "4", "5", "6"])
     assert got == {"outcomes": {"1": 1, "2": 0, "3": 1, "4": 0},
                    "revision_turns": {"episodes": 2, "succeeded": 1, "turns": 2}}
