@@ -9,15 +9,19 @@ One concept per module (docs/architecture.md):
   tree           MCTS node, its exact JSON schema, leaf paths
   llm            model backends (vllm, openai, hf) behind one interface
   driver         the one batch driver for env-bound jobs (trees, episodes)
-  search         MCTS of one task as a driver job; the mcts_collection run
-  revision       pairing leaf paths, verifier, splicing revision trajectories
+  paths          every artefact's path and name (trees, episodes, revision JSONL, caches)
+  mcts           MCTS of one task as a driver job (no files)
+  search         the mcts_collection run: task selection, resume, tree files
+  verifier       the verifier prompt, judgement parsing, batched judging
+  revision       pairing leaf paths, splicing revision trajectories
   revision_data  the path_collection run: part cache, batched verifier, JSONL
   export         XTuner / DPO training files
-  evaluation     an eval episode as a driver job; the eval run
+  episode        an eval episode as a driver job
+  evaluation     the eval run: resume, result files, summary
   report         eval summaries and the side-by-side compare table
   sharding       data-parallel shards: which tasks a process takes, per-shard manifests
   loop/          iterate.py's self-training loop: stages, models, results
-  training/      the training knobs, the rows both trainers learn from, the CPU trainer
+  training/      the training knobs, the rows every trainer learns from, the CPU, TRL and ETO trainers
   manifest, io   run manifests; atomic writes
 """
 
