@@ -31,7 +31,7 @@ log = logging.getLogger("train_tiny_model")
 BOS, EOS_TEXT, EOT = "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"
 START_HEADER, END_HEADER = "<|start_header_id|>", "<|end_header_id|>"
 PAD = "<|finetune_right_pad_id|>"
-SPECIAL_TOKENS = [BOS, EOS_TEXT, START_HEADER, END_HEADER, EOT, PAD]
+CHAT_MARKER_TOKENS = [BOS, EOS_TEXT, START_HEADER, END_HEADER, EOT, PAD]
 # Llama-3 layout: bos; per message a role header, a blank line, the trimmed content, <|eot_id|>.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
@@ -86,7 +86,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=CHAT_MARKER_TOKENS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(texts, trainer=trainer)
     return tok
@@ -96,7 +96,7 @@ def save_tokenizer(tok, out: Path) -> None:
     """Tokenizer files in the transformers 4.x form (XTuner pins 4.48); 5.x reads them too."""
     tok.save(str(out / "tokenizer.json"))
     decoder = {str(tok.token_to_id(t)): {"content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                                          "single_word": False, "special": True} for t in SPECIAL_TOKENS}
+                                          "single_word": False, "special": True} for t in CHAT_MARKER_TOKENS}
     config = {"added_tokens_decoder": decoder, "bos_token": BOS, "eos_token": EOT, "pad_token": PAD,
               "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
               "model_input_names": ["input_ids", "attention_mask"], "model_max_length": 4096,
