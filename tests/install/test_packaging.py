@@ -94,15 +94,18 @@ def test_every_file_the_code_loads_is_declared_package_data():
         assert rel in data and declared(rel), rel
 
 
+TRL_STACK = ("trl", "tensorboard")   # the dpo extra
+
+
 def test_dependencies_are_the_requirements_runtime_lines():
     """dependencies + the dpo and test extras are requirements.txt line for
     line; the vllm extra is requirements-gpu.txt's vllm pin; Python 3.11 or newer."""
     project = pyproject()["project"]
     extras = project["optional-dependencies"]
     assert as_dict(project["dependencies"]) == {k: v for k, v in requirements("requirements.txt").items()
-                                                 if k not in TEST_ONLY and k != "trl"}
+                                                 if k not in TEST_ONLY and k not in TRL_STACK}
     assert as_dict(extras["dpo"] + extras["test"]) == {k: v for k, v in requirements("requirements.txt").items()
-                                                       if k in TEST_ONLY or k == "trl"}
+                                                       if k in TEST_ONLY or k in TRL_STACK}
     assert as_dict(extras["vllm"]) == {"vllm": requirements("requirements-gpu.txt")["vllm"]}
     assert project["requires-python"] == ">=3.11"
 
