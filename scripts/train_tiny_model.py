@@ -122,12 +122,28 @@ def save_tokenizer(tok, out: Path) -> None:
 def method_texts() -> list[str]:
     """The text Agent-R itself puts in front of the model, rendered as
     conversations: every revision turn a splice can write (thought, wait
-    action, the env's reply) and the verifier prompt with empty slots."""
+    action, the env's reply) and the verifier prompt with "..." in its slots.
+    A slot is never empty: an empty one leaves a blank line before a line
+    break, and the tokenizer would learn a "\n\n" token the generation
+    prompt ends with but no training text contains."""
     from agent_r.revision import REVISION_REPLY, REVISION_THOUGHTS, verifier_messages
 
     turns = [render([{"role": "assistant", "content": f"Thought: {thought}\nAction: wait"},
                      {"role": "user", "content": REVISION_REPLY}])[0] for thought in REVISION_THOUGHTS]
-    return turns + [render(verifier_messages("", [], "", "", 1))[0]]
+    return turns + [render(verifier_messages("...", [], "...", "...", 1))[0]]
+
+
+def check_generation_prompt(tok) -> None:
+    """The tokens of a generation prompt (ending in the assistant header and
+    its blank line) must be the tokens the same text has inside a training
+    conversation, where a turn follows it; otherwise the model starts every
+    turn from a context it never saw."""
+    header = f"{START_HEADER}assistant{END_HEADER}\n\n"
+    alone, inside = tok.encode(header).ids, tok.encode(header + "Thought: x").ids
+    if inside[:len(alone)] != alone:
+        raise UsageError(f"the tokenizer splits the generation prompt {header!r} unlike a training turn "
+                         f"({tok.encode(header).tokens[-2:]}); its corpus has a text that teaches it a merge "
+                         "across the blank line (check --method_text texts)")
 
 
 def encode(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
@@ -339,6 +355,7 @@ def prepare_examples(cfg: TrainConfig):
     rows = policy + verifier
     corpus = [render(r["messages"])[0] for r in rows] + method_texts() * cfg.method_text
     tok = train_tokenizer(corpus, cfg.vocab_size)
+    check_generation_prompt(tok)
     groups = make_packs(rows, tok, cfg)
     skips = [common_prefix_len(packs) for packs in groups]
     for packs, skip in zip(groups, skips):
