@@ -13,10 +13,17 @@ held-out test goals. Made-up words are never words of a real item, so a
 renamed task can never be a test task. Test tasks are never used.
 
     python -m scripts.make_expert_data --out work_dirs/expert/textcraft_train.jsonl --variants 8 --renamed 8
+
+``--tasks base`` plays only the base part of the train split (every third
+train task by goal depth, ``base_part``): the tasks models/textcraft-base was
+taught, leaving the other two thirds unseen for the self-training loop's
+search, as in the paper, where the base model never saw expert data of the
+tasks it searches.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import re
@@ -24,7 +31,7 @@ import re
 from tqdm import tqdm
 
 from agent_r.conversation import append_turn, initial_conversation
-from agent_r.envs import get_env
+from agent_r.envs import get_env, load_split_file
 from agent_r.io import atomic_write_jsonl
 from agent_r.settings import UsageError, run_cli, setup_logging
 from agentenv_client import load_instruction
@@ -49,6 +56,42 @@ _CODAS = ("", "", "b", "d", "g", "k", "l", "m", "n", "p", "r", "sh", "sk", "t", 
 def train_indices() -> list[int]:
     """The bundled TextCraft train split (test tasks are never used)."""
     return get_env("textcraft").split_indices("train")
+
+
+def base_part() -> list[int]:
+    """The fixed third of the train split a base model is taught: train tasks
+    sorted by goal recipe depth (then index), every third from the first, so
+    every depth is represented in proportion. Deterministic: no seed."""
+    book = load_recipe_book()
+    ranked = sorted(train_indices(), key=lambda i: (book.depth(book.task(i)[0]), i))
+    return sorted(ranked[::3])
+
+
+def select_tasks(spec: str, role: str = "policy") -> list[int]:
+    """The task indices of ``--tasks``: ``train`` (the whole train split),
+    ``base`` (``base_part``), or a JSON file: a task list (AgentGym's
+    [{"item_id": ...}] or plain indices) or a model's training_tasks.json
+    (its ``role`` list, "policy" or "verifier"). Test tasks are refused."""
+    train = train_indices()
+    if spec == "train":
+        return train
+    if spec == "base":
+        return base_part()
+    if not spec.endswith(".json"):
+        raise UsageError(f"--tasks {spec!r}: use train, base, or a JSON task list file")
+    try:
+        data = json.loads(open(spec, encoding="utf-8").read())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--tasks {spec}: cannot read it as a JSON task list ({exc})") from None
+    if isinstance(data, dict) and role in data:
+        indices = list(dict.fromkeys(int(i) for i in data[role]))
+    else:
+        indices = load_split_file(spec)
+    outside = sorted(set(indices) - set(train))
+    if outside:
+        raise UsageError(f"--tasks {spec}: tasks {outside[:5]} are not train tasks; expert data uses the train "
+                         "split only")
+    return indices
 
 
 def variant_game(book: RecipeBook, idx: int, rng: random.Random) -> TextCraftGame:
@@ -178,12 +221,15 @@ def main() -> int:
     parser.add_argument("--variants", type=int, default=8, help="episodes per train task (1 = only the original task)")
     parser.add_argument("--renamed", type=int, default=8, help="further episodes per task with made-up item words")
     parser.add_argument("--seed", type=int, default=0, help="seed of the distractor draws and renamings")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N train tasks (quick runs)")
+    parser.add_argument("--tasks", default="train",
+                        help="train (every train task), base (the fixed third a base model is taught) or a JSON "
+                             "task list / training_tasks.json")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N of those tasks (quick runs)")
     args = parser.parse_args()
     setup_logging()
     if args.variants < 1 or args.renamed < 0:
         raise UsageError(f"--variants {args.variants} / --renamed {args.renamed}: need variants >= 1, renamed >= 0")
-    indices = train_indices()[: args.limit]
+    indices = select_tasks(args.tasks, "policy")[: args.limit]
     rows, problems = make_rows(indices, args.variants, args.seed, load_instruction("textcraft"), args.renamed)
     for p in problems:
         log.warning("skipped %s", p)

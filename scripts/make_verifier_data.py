@@ -43,7 +43,7 @@ from agent_r.tree import leaf_paths, load_tree
 from agent_r.verifier import BAD, GOOD, UNCERTAIN, fit_history
 from agentenv_servers.textcraft_env import TextCraftGame, item_text, load_recipe_book
 from agentenv_servers.textcraft_expert import NOT_OF_KIND, parse_observation, solve
-from scripts.make_expert_data import episode_games, rename_text, renaming, train_indices
+from scripts.make_expert_data import episode_games, rename_text, renaming, select_tasks
 
 DEMO_MAX_TOKEN_LENGTH = 2048   # scripts/demo.sh's MAX_TOKEN_LENGTH: the budget path_collection fits prompts to
 DEMO_MAX_NEW_TOKENS = 60       # scripts/demo.sh's MAX_NEW_TOKENS: what a verifier reply may take
@@ -236,7 +236,8 @@ def tree_steps(folders: list[str], seed: int, per_tree: int, train: set[int]):
     book = load_recipe_book()
     for path, idx in tqdm(files, desc="tree steps"):
         if idx not in train:
-            raise UsageError(f"{path}: task {idx} is not a train task; verifier data uses train tasks only")
+            raise UsageError(f"{path}: task {idx} is not one of the chosen train tasks (--tasks); verifier data "
+                             "uses those only")
         root = load_tree(path)
         task = root.state[3]["content"]
         seen: dict[tuple, tuple] = {}
@@ -266,16 +267,20 @@ def main() -> int:
                         help="the verifier prompt budget path_collection fits prompts to (MAX_TOKEN_LENGTH)")
     parser.add_argument("--tokenizer", default=str(BUNDLED_MODEL), help="model folder whose tokenizer counts tokens")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--limit", type=int, default=None, help="only the first N train tasks (quick runs)")
+    parser.add_argument("--tasks", default="train",
+                        help="train (every train task), base (the fixed third a base model is taught) or a JSON "
+                             "task list / training_tasks.json; trees of other tasks are refused")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N of those tasks (quick runs)")
     args = parser.parse_args()
     setup_logging()
-    indices = train_indices()[: args.limit]
+    chosen = select_tasks(args.tasks, "verifier")
+    indices = chosen[: args.limit]
     counter, cfg = TokenCounter(args.tokenizer), revision_config(args.max_token_length)
     rows = []
     if args.episodes < 1:
         raise UsageError(f"--episodes {args.episodes}: must be >= 1")
     for source in (expert_steps(indices, args.seed, (args.episodes, args.renamed), args.per_episode, args.mistakes),
-                   tree_steps(args.trees, args.seed, args.per_tree, set(train_indices()))):
+                   tree_steps(args.trees, args.seed, args.per_tree, set(chosen))):
         for pack, idx, task, history, action, obs, mapping, kind in source:
             rows.append({"task_num": str(idx), "source": kind, "pack": pack,
                          **example(counter, cfg, task, history, action, obs, mapping)})

@@ -9,6 +9,18 @@ Deterministic for a given seed and thread count (torch.set_num_threads).
 
     python -m scripts.make_expert_data --out work_dirs/expert/textcraft_train.jsonl
     python -m scripts.train_tiny_model --data work_dirs/expert/textcraft_train.jsonl --out models/textcraft-tiny
+
+``--method_text N`` also shows the tokenizer (only the tokenizer) the text the
+method itself writes, N times over: the revision turns a spliced sample puts
+in a trajectory and the verifier prompt. A real LLM's tokenizer already knows
+English, so a revision thought costs it about as many tokens as any other
+thought; a tokenizer built from game text alone splits it into pieces and
+makes the revision turn far less likely than it would be for a real base
+model. The model is never trained on those texts.
+
+The saved folder gets ``training_tasks.json``: the task indices of the policy
+and verifier rows it was trained on (their ``task_num``), so a loop can refuse
+to search tasks the model was taught.
 """
 from __future__ import annotations
 
@@ -55,6 +67,7 @@ class TrainConfig:
     max_len: int = 1024          # longer packs are skipped (the longest depth-3/4 plans)
     verifier_data: str = ""      # verifier examples (scripts/make_verifier_data.py); "" = policy only
     pack_examples: int = 3       # rows with one ``pack`` key merged into one token tree, at most this many
+    method_text: int = 0         # repeats of the method's own text (revision turns, verifier prompt) in the tokenizer corpus
     save_dtype: str = "float32"  # weights as stored (float16 halves the file; the hf backend upcasts on CPU)
     device: str = "cpu"          # the shipped model is trained on cpu (deterministic); cuda for quick trials
     steps: int = 1000
@@ -104,6 +117,33 @@ def save_tokenizer(tok, out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     (out / "special_tokens_map.json").write_text(json.dumps(
         {"bos_token": BOS, "eos_token": EOT, "pad_token": PAD}, indent=2) + "\n")
+
+
+def method_texts() -> list[str]:
+    """The text Agent-R itself puts in front of the model, rendered as
+    conversations: every revision turn a splice can write (thought, wait
+    action, the env's reply) and the verifier prompt with "..." in its slots.
+    A slot is never empty: an empty one leaves a blank line before a line
+    break, and the tokenizer would learn a "\n\n" token the generation
+    prompt ends with but no training text contains."""
+    from agent_r.revision import REVISION_REPLY, REVISION_THOUGHTS, verifier_messages
+
+    turns = [render([{"role": "assistant", "content": f"Thought: {thought}\nAction: wait"},
+                     {"role": "user", "content": REVISION_REPLY}])[0] for thought in REVISION_THOUGHTS]
+    return turns + [render(verifier_messages("...", [], "...", "...", 1))[0]]
+
+
+def check_generation_prompt(tok) -> None:
+    """The tokens of a generation prompt (ending in the assistant header and
+    its blank line) must be the tokens the same text has inside a training
+    conversation, where a turn follows it; otherwise the model starts every
+    turn from a context it never saw."""
+    header = f"{START_HEADER}assistant{END_HEADER}\n\n"
+    alone, inside = tok.encode(header).ids, tok.encode(header + "Thought: x").ids
+    if inside[:len(alone)] != alone:
+        raise UsageError(f"the tokenizer splits the generation prompt {header!r} unlike a training turn "
+                         f"({tok.encode(header).tokens[-2:]}); its corpus has a text that teaches it a merge "
+                         "across the blank line (check --method_text texts)")
 
 
 def encode(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
@@ -299,16 +339,29 @@ def make_packs(rows: list[dict], tok, cfg: TrainConfig) -> list[list[Pack]]:
     return list(groups.values())
 
 
+def training_tasks(policy: list[dict], verifier: list[dict]) -> dict:
+    """The train tasks the rows come from, per kind of data (training_tasks.json)."""
+    def tasks(rows: list[dict]) -> list[int]:
+        return sorted({int(r["task_num"]) for r in rows if str(r.get("task_num", "")).isdigit()})
+
+    return {"task": "textcraft", "split": "train", "policy": tasks(policy), "verifier": tasks(verifier)}
+
+
 def prepare_examples(cfg: TrainConfig):
-    """(tokenizer, packs per group, shared-prefix length per group) from the JSONL files."""
-    rows = load_rows([cfg.data] + ([cfg.verifier_data] if cfg.verifier_data else []))
-    tok = train_tokenizer([render(r["messages"])[0] for r in rows], cfg.vocab_size)
+    """(tokenizer, packs per group, shared-prefix length per group, training
+    tasks) from the JSONL files."""
+    policy = load_rows([cfg.data])
+    verifier = load_rows([cfg.verifier_data]) if cfg.verifier_data else []
+    rows = policy + verifier
+    corpus = [render(r["messages"])[0] for r in rows] + method_texts() * cfg.method_text
+    tok = train_tokenizer(corpus, cfg.vocab_size)
+    check_generation_prompt(tok)
     groups = make_packs(rows, tok, cfg)
     skips = [common_prefix_len(packs) for packs in groups]
     for packs, skip in zip(groups, skips):
         assert all(y == -100 for p in packs for y in p.labels[:skip + 1]), "the shared prefix must carry no loss"
     log.info("shared prefixes: %s tokens", skips)
-    return tok, groups, skips
+    return tok, groups, skips, training_tasks(policy, verifier)
 
 
 def build_model(cfg: TrainConfig, tok):
@@ -361,7 +414,7 @@ def fit(cfg: TrainConfig, model, groups: list[list[Pack]], skips: list[int], pad
     return ema
 
 
-def save_model(model, tok, out: Path, stats: dict) -> None:
+def save_model(model, tok, out: Path, stats: dict, tasks: dict | None = None) -> None:
     """Written to a temporary folder and renamed: a killed run leaves the old model."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -372,6 +425,8 @@ def save_model(model, tok, out: Path, stats: dict) -> None:
     model.save_pretrained(tmp, safe_serialization=True)
     save_tokenizer(tok, tmp)
     (tmp / "training_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    if tasks is not None:
+        (tmp / "training_tasks.json").write_text(json.dumps(tasks) + "\n")
     card = out / "README.md"  # the model card is written by hand; keep it across retrains
     if card.exists():
         shutil.copy(card, tmp / "README.md")
@@ -385,14 +440,14 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
     rng = random.Random(cfg.seed)
-    tok, groups, skips = prepare_examples(cfg)
+    tok, groups, skips, tasks = prepare_examples(cfg)
     model = build_model(cfg, tok).to(cfg.device)
     start = time.time()
     ema = fit(cfg, model, groups, skips, tok.token_to_id(PAD), rng)
     stats = {"parameters": sum(p.numel() for p in model.parameters()),
              "train_minutes": round((time.time() - start) / 60, 1), "final_loss_ema": round(ema, 4),
              "packs": [len(packs) for packs in groups], "config": asdict(cfg)}
-    save_model(model.cpu().to(getattr(torch, cfg.save_dtype)), tok, Path(cfg.out), stats)
+    save_model(model.cpu().to(getattr(torch, cfg.save_dtype)), tok, Path(cfg.out), stats, tasks)
     return stats
 
 

@@ -1,0 +1,143 @@
+"""How reachable the revision turn is for a model before any revision training.
+
+    .venv/bin/python bench/bench_revision_turn.py --episodes EVAL_DIR [--model_dir DIR ...] [--limit 30]
+
+Agent-R's revision samples teach a turn ("Thought: <a revision thought>\\nAction:
+wait", answered "ok.") that the base model has never written. A real LLM
+already gives that English sentence a modest probability after a failed
+trajectory; a tiny model trained from scratch gives it whatever its tokenizer
+and data allow. Two numbers per model:
+
+1. Tokens: how many tokens each revision thought of agent_r.revision costs
+   ("Thought: " + the sentence, as the turn writes it), against the model's
+   own thoughts of about the same length (within 5 characters) in the
+   episodes. A tokenizer that never saw the sentences splits them into
+   pieces and the turn costs far more tokens than an ordinary one.
+2. Log-probability: the summed log-probability of the whole revision turn
+   (its tokens and the closing <|eot_id|>) right after a failed episode
+   (``--episodes``: an eval.py output folder; its failed episodes are the
+   contexts, each with every revision thought), tokenised as at generation
+   time (the chat prompt with the generation header, then the turn).
+
+Prints one line per model and writes the numbers as JSON with ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agent_r.io import atomic_write_json  # noqa: E402
+from agent_r.llm import BUNDLED_MODEL, chat_prompt, load_tokenizer  # noqa: E402
+from agent_r.revision import REVISION_THOUGHTS  # noqa: E402
+
+SAME_LENGTH = 5   # characters: "an ordinary thought of the same length"
+
+
+def revision_turn(thought: str) -> str:
+    return f"Thought: {thought}\nAction: wait"
+
+
+def failed_episodes(folder: Path, limit: int) -> list[list[dict]]:
+    """The conversations of the folder's failed episodes, in task order."""
+    files = sorted(folder.glob("search_results_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+    if not files:
+        raise SystemExit(f"{folder}: no search_results_*.json; pass an eval.py output folder with --episodes")
+    out = []
+    for path in files:
+        episode = json.loads(path.read_text())
+        if not episode.get("success"):
+            out.append([{"role": m["role"], "content": m["content"]} for m in episode["state"]])
+    return out[:limit]
+
+
+def thought_of(turn: str) -> str:
+    return turn.split("\nAction:", 1)[0].strip()
+
+
+def token_counts(tok, episodes: list[list[dict]]) -> dict:
+    """Tokens of each revision thought vs the mean of the episodes' own thoughts of about its length."""
+    def n(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    ordinary = [thought_of(m["content"]) for e in episodes for m in e[4:] if m["role"] == "assistant"]
+    ordinary = [t for t in ordinary if t.startswith("Thought:")]
+    rows = []
+    for thought in REVISION_THOUGHTS:
+        text = f"Thought: {thought}"
+        same = [n(t) for t in ordinary if abs(len(t) - len(text)) <= SAME_LENGTH]
+        rows.append({"chars": len(text), "tokens": n(text),
+                     "ordinary_tokens": round(statistics.mean(same), 2) if same else None, "ordinary_n": len(same)})
+    paired = [r for r in rows if r["ordinary_tokens"] is not None]
+    return {"revision_mean": round(statistics.mean(r["tokens"] for r in rows), 2),
+            "ordinary_same_length_mean": round(statistics.mean(r["ordinary_tokens"] for r in paired), 2)
+            if paired else None,
+            "per_thought": rows}
+
+
+def turn_logprobs(model, tok, episodes: list[list[dict]]) -> list[float]:
+    """log P(revision turn + <|eot_id|> | failed episode) for every (episode, thought)."""
+    import torch
+
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    out = []
+    with torch.no_grad():
+        for messages in episodes:
+            context = tok(chat_prompt(tok, messages), add_special_tokens=False)["input_ids"]
+            for thought in REVISION_THOUGHTS:
+                turn = tok(revision_turn(thought), add_special_tokens=False)["input_ids"] + [eot]
+                ids = torch.tensor([context + turn])
+                logits = model(input_ids=ids).logits[0, len(context) - 1:-1]
+                logp = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(turn).unsqueeze(1))
+                out.append(logp.sum().item())
+    return out
+
+
+def measure(model_dir: str, episodes: list[list[dict]]) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    tok = load_tokenizer(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    logps = turn_logprobs(model, tok, episodes)
+    turn_tokens = [len(tok(revision_turn(t), add_special_tokens=False)["input_ids"]) + 1 for t in REVISION_THOUGHTS]
+    return {"model_dir": model_dir, "tokens": token_counts(tok, episodes),
+            "revision_turn_logprob_mean": round(statistics.mean(logps), 2),
+            "revision_turn_logprob_min": round(min(logps), 2), "revision_turn_logprob_max": round(max(logps), 2),
+            "revision_turn_tokens_mean": round(statistics.mean(turn_tokens), 2),
+            "contexts": len(episodes), "samples": len(logps)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", required=True, help="an eval.py output folder; its failed episodes are the contexts")
+    parser.add_argument("--model_dir", nargs="+", default=[str(BUNDLED_MODEL)], help="model folders to measure")
+    parser.add_argument("--limit", type=int, default=30, help="failed episodes used as contexts (the first N)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=None, help="write the numbers here as JSON")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    episodes = failed_episodes(Path(args.episodes), args.limit)
+    if not episodes:
+        raise SystemExit(f"{args.episodes}: no failed episode to use as a context")
+    results = [measure(d, episodes) for d in args.model_dir]
+    for r in results:
+        t = r["tokens"]
+        print(f"{r['model_dir']}: revision thought {t['revision_mean']} tokens (ordinary thoughts of the same length "
+              f"{t['ordinary_same_length_mean']}); revision turn ({r['revision_turn_tokens_mean']} tokens) log-prob "
+              f"after a failed episode: mean {r['revision_turn_logprob_mean']} (min {r['revision_turn_logprob_min']}, "
+              f"max {r['revision_turn_logprob_max']}) over {r['samples']} (episode, thought) pairs")
+    if args.out:
+        atomic_write_json(args.out, {"episodes": args.episodes, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
