@@ -26,11 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from agent_r.io import atomic_write_json  # noqa: E402
 from agent_r.llm import BUNDLED_MODEL, chat_prompt, load_tokenizer  # noqa: E402
