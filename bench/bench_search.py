@@ -53,7 +53,8 @@ log = logging.getLogger("bench_search")
 
 COLUMNS = [("label", "run"), ("load", "load (1 min, start/end)"), ("trees", "trees"), ("samples", "samples"),
            ("wall_s", "search s"), ("start_s", "engine start s"), ("samples_per_s", "samples/s"),
-           ("trees_per_hour", "trees/h"), ("gen_pct", "generation %"), ("prompt_pct", "of which prompts %"),
+           ("trees_per_hour", "trees/h"), ("samples_per_cpu_s", "samples/CPU-s"), ("gen_pct", "generation %"),
+           ("prompt_pct", "of which prompts %"),
            ("env_pct", "env %"), ("driver_pct", "driver %"), ("prefix_hit_pct", "prefix-cache hits %"),
            ("env_requests", "env requests"), ("env_steps", "env steps"), ("cpu", "CPU s driver/engine/env")]
 
@@ -196,7 +197,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "nodes": sum(s.nodes for s in stats), "successful_leaves": sum(s.successful_leaves for s in stats),
         "leaves": sum(s.leaves for s in stats),
         "cpu_driver_s": round(cpu1[0] - cpu0[0], 1), "cpu_engine_s": round(cpu1[1] - cpu0[1], 1),
-        "cpu_env_s": round(cpu1[2] - cpu0[2], 1), "cpu_engine_processes": engine_cpu, "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
+        "cpu_env_s": round(cpu1[2] - cpu0[2], 1), "cpu_engine_processes": engine_cpu,
+        "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "settings": {k: getattr(args, k) for k in ("itera", "n_gen", "max_depth", "temp", "c", "max_new_tokens",
                                                    "concurrency", "seed", "no_replay", "pin")},
         "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
@@ -218,6 +220,8 @@ def finish(row: dict[str, Any]) -> dict[str, Any]:
         row[f"{key}_pct"] = None if row[f"{key}_s"] is None else round(100 * row[f"{key}_s"] / wall)
     row["prefix_hit_pct"] = None if row.get("prefix_hit") is None else round(100 * row["prefix_hit"], 1)
     row["cpu"] = f"{row['cpu_driver_s']}/{row['cpu_engine_s']}/{row['cpu_env_s']}"
+    cpu = row["cpu_driver_s"] + row["cpu_engine_s"] + row["cpu_env_s"]
+    row["samples_per_cpu_s"] = round(row["samples"] / cpu, 1) if cpu else None
     return row
 
 
@@ -248,7 +252,8 @@ def run_shards(args: argparse.Namespace) -> dict[str, Any]:
     row = {"label": args.label or f"{args.backend} x{args.shards} shards", "backend": args.backend,
            "dtype": rows[0]["dtype"], "tasks": sorted(t for r in rows for t in r["tasks"]),
            "wall_s": round(wall, 1), "start_s": max(r["start_s"] for r in rows),
-           "prefix_hit": (sum(r["prefix_hit"] for r in rows) / len(rows)) if rows[0]["prefix_hit"] is not None else None,
+           "prefix_hit": (sum(r["prefix_hit"] for r in rows) / len(rows)
+                          if rows[0]["prefix_hit"] is not None else None),
            "load": [round(load_start, 2), round(os.getloadavg()[0], 2)], "settings": rows[0]["settings"],
            "shards": rows}
     for key in ("trees", "samples", "env_requests", "env_steps", "nodes", "successful_leaves", "leaves",
@@ -271,7 +276,7 @@ def shard_argv(args: argparse.Namespace) -> list[str]:
 
 
 def table(path: str) -> str:
-    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    rows = [finish(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
     lines = ["| " + " | ".join(title for _, title in COLUMNS) + " |",
              "|" + "|".join("---" if key == "label" else "---:" for key, _ in COLUMNS) + "|"]
     for row in rows:
@@ -282,7 +287,8 @@ def table(path: str) -> str:
                 value = f"{value[0]} / {value[1]}"
             elif key == "start_s" and row["backend"] == "hf":
                 value = f"{value} (load)"
-            cells.append("-" if value is None else f"{value:,}" if isinstance(value, int) else str(value))
+            text = "-" if value is None else f"{value:,}" if isinstance(value, int) else str(value)
+            cells.append(text.replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -352,7 +358,8 @@ def compare_episodes(a_dir: str, b_dir: str) -> str:
             f"solved: {solved[0]} vs {solved[1]}")
     if not lines:
         return head
-    return "\n".join([head, "", "| task | first differing model turn | score a / b | a | b |", "|---:|---:|---|---|---|",
+    return "\n".join([head, "", "| task | first differing model turn | score a / b | a | b |",
+                      "|---:|---:|---|---|---|",
                       *lines])
 
 
@@ -385,7 +392,8 @@ def compare_trees(a_dir: str, b_dir: str) -> str:
          two_proportion_p(sum(1 for x in a if x[2]), len(a), sum(1 for x in b if x[2]), len(b))),
         ("tree size, nodes (Mann-Whitney U)", mann_whitney_p([x[0] for x in a], [x[0] for x in b])),
     ]
-    return "\n".join(["| run | trees | mean nodes | leaves | successful leaves | success-leaf % | trees with a success |",
+    return "\n".join(["| run | trees | mean nodes | leaves | successful leaves | success-leaf % "
+                      "| trees with a success |",
                       "|---|---:|---:|---:|---:|---:|---:|", *rows, "", "| test | p |", "|---|---:|",
                       *(f"| {name} | {p:.3f} |" for name, p in tests)])
 
