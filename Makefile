@@ -93,16 +93,16 @@ demo: setup
 # A reduced Agent-R reproduction in the paper's regime on a CPU (docs/iterate.md,
 # "The paper's regime"): bench/reproduce_paper.sh with models/textcraft-base
 # (never taught the tasks it searches), 2 self-training iterations of agent-r,
-# direct and good on 12 unseen train tasks, the paper's ALPHA/BETA/EPOCHS/warm-up/
-# ETA, each model evaluated on the first 30 test tasks and 5 revision-task
+# direct and good on 8 unseen train tasks, the paper's ALPHA/BETA/EPOCHS/warm-up/
+# ETA, each model evaluated on the first 20 test tasks and 5 revision-task
 # episodes; prints the results table (runs/reproduce/results.{md,json,png}).
 # Any setting can be given: `make reproduce TRAIN_TASKS=20`. Rerunning resumes.
 .PHONY: reproduce
 reproduce: setup
-	NAME=$${NAME:-reproduce} REPRO_OUT=$${REPRO_OUT:-runs/reproduce_results} TRAIN_TASKS=$${TRAIN_TASKS:-12} \
-		ITERATIONS=$${ITERATIONS:-2} ITERA=$${ITERA:-3} MAX_DEPTH=$${MAX_DEPTH:-10} \
-		EVAL_LIMIT=$${EVAL_LIMIT:-30} EVAL_MAX_STEPS=$${EVAL_MAX_STEPS:-15} \
-		REVISE_LIMIT=$${REVISE_LIMIT:-5} REVISE_MAX_STEPS=$${REVISE_MAX_STEPS:-10} \
+	NAME=$${NAME:-reproduce} REPRO_OUT=$${REPRO_OUT:-runs/reproduce_results} TRAIN_TASKS=$${TRAIN_TASKS:-8} \
+		ITERATIONS=$${ITERATIONS:-2} ITERA=$${ITERA:-3} MAX_DEPTH=$${MAX_DEPTH:-8} \
+		EVAL_LIMIT=$${EVAL_LIMIT:-20} EVAL_MAX_STEPS=$${EVAL_MAX_STEPS:-12} \
+		REVISE_LIMIT=$${REVISE_LIMIT:-5} REVISE_MAX_STEPS=$${REVISE_MAX_STEPS:-8} \
 		ACCUMULATIVE_COUNTS=$${ACCUMULATIVE_COUNTS:-1} LOGLEVEL=$${LOGLEVEL:-WARNING} \
 		bash bench/reproduce_paper.sh
 
