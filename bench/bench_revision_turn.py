@@ -48,7 +48,8 @@ def failed_episodes(folder: Path, limit: int) -> list[list[dict]]:
     out = []
     for path in files:
         episode = json.loads(path.read_text())
-        if not episode.get("success"):
+        # an episode cut by an env error is no failed trajectory: it may hold no turn at all
+        if not episode.get("success") and not episode.get("error") and len(episode.get("state", [])) > 4:
             out.append([{"role": m["role"], "content": m["content"]} for m in episode["state"]])
     return out[:limit]
 
