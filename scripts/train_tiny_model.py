@@ -126,7 +126,8 @@ def method_texts() -> list[str]:
     A slot is never empty: an empty one leaves a blank line before a line
     break, and the tokenizer would learn a "\n\n" token the generation
     prompt ends with but no training text contains."""
-    from agent_r.revision import REVISION_REPLY, REVISION_THOUGHTS, verifier_messages
+    from agent_r.revision import REVISION_REPLY, REVISION_THOUGHTS
+    from agent_r.verifier import verifier_messages
 
     turns = [render([{"role": "assistant", "content": f"Thought: {thought}\nAction: wait"},
                      {"role": "user", "content": REVISION_REPLY}])[0] for thought in REVISION_THOUGHTS]
