@@ -378,13 +378,13 @@ class BackendSettings(ModelDir):
     """How to reach the model; every script that calls a model nests this."""
 
     backend: str | None = setting(None, env="BACKEND", help="the model backend: vllm | hf | openai | "
-                                  "python:MODULE:FACTORY (default: vllm when installed with CUDA, else hf)")
+                                  "python:MODULE:FACTORY (default: vllm when installed, else hf)")
     model_name: str | None = setting(None, env="MODEL_NAME", help="the model's name in output paths and for "
                                      "the openai backend (default: the last part of MODEL_DIR)")
     instruction_file: str | None = setting(None, env="AGENTENV_INSTRUCTION_FILE", flag=None,
                                            help="a file whose text replaces the bundled env instruction")
     dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (hf: bf16 on GPU, fp32 on CPU; vllm: its "
-                         "own auto, the model's dtype, bf16 for fp32 weights), bfloat16, float16, float32 "
+                         "own auto on GPU, the model's dtype, bf16 for fp32 weights; fp32 on CPU), bfloat16, float16, float32 "
                          "(default auto)", choices=("auto", "bfloat16", "float16", "float32"))
     tensor_parallel_size: int = setting(1, minimum=1, help="vllm: GPUs one model is split over (default 1)")
     gpu_memory_utilization: float = setting(0.9, minimum=0.05, help="vllm: fraction of GPU memory the engine "

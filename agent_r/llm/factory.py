@@ -61,12 +61,10 @@ def _openai_backend(settings: BackendSettings) -> Backend:
 
 
 def _vllm_usable() -> bool:
-    """The default backend is vllm where it can run: installed, and a GPU."""
-    if importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
+    """The default backend is vllm wherever it is installed: its GPU build on
+    a GPU node, its CPU build (``make setup-vllm``) on a laptop, where its
+    prefix cache makes tree search ~10x faster than hf (docs/backends.md)."""
+    return importlib.util.find_spec("vllm") is not None
 
 
 def _user_backend(kind: str, settings: BackendSettings, seed: int) -> Backend:
