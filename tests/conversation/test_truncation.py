@@ -41,3 +41,28 @@ def test_truncate_drops_oldest_pairs_until_the_budget_fits():
         assert truncate(msgs, budget - 1, words)[4:] == msgs[len(msgs) - 2 * max(pairs - 1, 1):]
     assert truncate(msgs, 10, words) == head + msgs[-2:]            # the newest pair always stays
     assert truncate(msgs, 10_000, words) == msgs
+
+
+def test_truncate_counts_a_long_history_a_logarithmic_number_of_times():
+    """A 100-turn episode's prompt is re-fitted every turn: the chat is counted
+    about log2(pairs) times, not once per dropped pair, and the kept pairs are
+    exactly what dropping one pair at a time keeps, for every budget."""
+    msgs = initial_conversation("one two", "three four")
+    for i in range(100):
+        msgs = append_turn(msgs, f"turn{i} " + "w " * (i % 7), f"obs{i} d")
+    calls = []
+
+    def counting(m):
+        calls.append(1)
+        return words(m)
+
+    def one_pair_at_a_time(budget):
+        tail = msgs[4:]
+        while len(tail) > 2 and words(msgs[:4] + tail) > budget - 60:
+            tail = tail[2:]
+        return msgs[:4] + tail
+
+    for budget in range(60, words(msgs) + 62, 37):
+        calls.clear()
+        assert truncate(msgs, budget, counting) == one_pair_at_a_time(budget)
+        assert len(calls) <= 8        # 1 + ceil(log2(100))
