@@ -5,12 +5,13 @@ a failed prefix first for the revision task), then per step yield one request
 for the next model turn and step the parsed action, until the env says done,
 a disaster (negative reward: the episode ends with score 0) or ``max_steps``
 model turns. With ``wait_reply="ok"`` a revision ``wait``
-(agent_r.revision.is_revision_wait; a replayed one too) never reaches the env: the episode
-answers it with the training samples' reply, as a turn like any other (it
-counts toward ``max_steps`` and ``step_num``). The driver answers the requests of every live episode with one
-model call. Each request carries a seed derived from (seed, task, model step),
-so a deterministic backend gives the same trajectory at any concurrency, after
-an env restart and after a resume. The run around it (resume, result files,
+(agent_r.revision.is_revision_wait; a replayed one too) never reaches the
+env: the episode answers it with the training samples' reply, as a turn like
+any other (it counts toward ``max_steps`` and ``step_num``). The driver
+answers the requests of every live episode with one model call. Each request
+carries a seed derived from (seed, task, model step), so a deterministic
+backend gives the same trajectory at any concurrency, after an env restart and
+after a resume. The run around it (resume, result files,
 manifest, summary) is agent_r/evaluation.py.
 """
 from __future__ import annotations

@@ -44,7 +44,8 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
     lines = [f"# Agent-R self-training: {s.name}", "",
              f"Test success % (TEMP={s.eval_temperature:g}, at most {s.eval_max_steps} turns, "
              f"{'all' if s.eval_limit is None else f'the first {s.eval_limit}'} test tasks per task"
-             f"{WAIT_OK_NOTE if s.wait_reply == 'ok' else ''}); iteration 0 is the base model.", "", _md_row(head), _md_row(["---"] * len(head))]
+             f"{WAIT_OK_NOTE if s.wait_reply == 'ok' else ''}); iteration 0 is the base model.", "",
+             _md_row(head), _md_row(["---"] * len(head))]
     for r in rows:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))

@@ -25,8 +25,9 @@ from typing import Any, Iterable, Optional
 from agent_r.io import read_json
 from agent_r.paths import result_file
 # what a revision turn is lives with the splice that makes it (re-exported here)
-from agent_r.revision import (REVISION_ACTION, WAIT_IS_A_GAME_ACTION, is_revision_turn, model_turns,  # noqa: F401
-                              revision_turns)
+from agent_r.revision import is_revision_turn, revision_turns
+
+__all__ = ["mcnemar_exact", "paired", "is_revision_turn", "revision_turns", "episode_stats", "comparisons"]
 
 
 # --------------------------------------------------------------------------- McNemar

@@ -52,7 +52,8 @@ def run(tmp_path, server, wait_reply: str | None, tasks=(0, 1), turns=TURNS):
     extra = {} if wait_reply is None else {"wait_reply": wait_reply}
     cfg = config(tmp_path, server, split_file(tmp_path, list(tasks)), max_steps=len(turns), **extra)
     rules = get_env("textcraft")
-    done = ev.evaluate(cfg, ScriptedBackend(policy), new_client=lambda: RecordingClient(rules.make_client(server), sent))
+    new_client = lambda: RecordingClient(rules.make_client(server), sent)  # noqa: E731
+    done = ev.evaluate(cfg, ScriptedBackend(policy), new_client=new_client)
     return cfg, done, sent, prompts
 
 

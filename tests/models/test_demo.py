@@ -30,15 +30,18 @@ exec {python} "$@"
 """
 
 
+def without_demo_vars() -> dict[str, str]:
+    """This process's environment without the variables the demo reads."""
+    return {k: v for k, v in os.environ.items() if k not in DEMO_VARS}
+
+
 def demo_call(tmp_path: Path, **env: str) -> list[str]:
     """Run scripts/demo.sh with the recording Python: the lines iterate.py got
     (MODEL_DIR=..., then its arguments)."""
     py = tmp_path / "py"
     py.write_text(RECORDING_PY.format(python=sys.executable))
     py.chmod(0o755)
-    full = dict(os.environ, PY=str(py), SKIP_SETUP="1", DEMO_OUT=str(tmp_path / "out"), LOGLEVEL="WARNING")
-    for var in DEMO_VARS:
-        full.pop(var, None)
+    full = dict(without_demo_vars(), PY=str(py), SKIP_SETUP="1", DEMO_OUT=str(tmp_path / "out"), LOGLEVEL="WARNING")
     proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env={**full, **env}, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -69,18 +72,20 @@ def test_demo_makes_trees_revision_data_and_a_score(tmp_path):
     """scripts/demo.sh exits 0 with trees, revision samples, an XTuner export
     with both loss flags, scores of both iterations, results.md/png, a viewer
     page per tree, and the server stopped by its trap."""
-    env = dict(os.environ, PY=sys.executable, SKIP_SETUP="1", DEMO_OUT=str(tmp_path / "demo"),
-               DEMO_SEARCH_TASKS="2", ITERA="3", N_GEN="4", DEMO_EVAL_LIMIT="3",
+    # train tasks 91-93: 91 was taught to the base model (the loop leaves it out), 93
+    # is one it solves in a short search
+    env = dict(without_demo_vars(), PY=sys.executable, SKIP_SETUP="1", DEMO_OUT=str(tmp_path / "demo"),
+               DEMO_MIN="91", DEMO_MAX="94", ITERA="3", N_GEN="4", DEMO_EVAL_LIMIT="3",
                BACKEND="hf", LOGLEVEL="WARNING")
-    for var in DEMO_VARS:
-        env.pop(var, None)
     proc = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = tmp_path / "demo" / "demo"          # iterate.py --runs_dir DEMO_OUT --name demo
     s = summarize(run)
     assert s["trees"] == 2
     searched = {tree_index(p) for p in find_tree_files(run / "iter_1" / "trees")}
-    assert len(searched) == 2 and not searched & taught_tasks(BASE)[1]
+    assert searched == {92, 93} and 91 in taught_tasks(BASE)[1] and not searched & taught_tasks(BASE)[1]
+    left_out = json.loads((run / "results.json").read_text())["search_tasks"]["textcraft"]
+    assert (left_out["chosen"], left_out["taught_left_out"], left_out["searched"]) == (3, 1, 2)
     assert s["successful_leaves"] >= 1
     assert s["revision_samples"] >= 1 and s["xtuner_samples"] >= s["revision_samples"]
     assert {(it, n) for it, _variant, _task, n, _success, _score in s["scores"]} == {(0, 3), (1, 3)}
