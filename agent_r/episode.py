@@ -4,10 +4,14 @@
 a failed prefix first for the revision task), then per step yield one request
 for the next model turn and step the parsed action, until the env says done,
 a disaster (negative reward: the episode ends with score 0) or ``max_steps``
-model turns. The driver answers the requests of every live episode with one
-model call. Each request carries a seed derived from (seed, task, model step),
-so a deterministic backend gives the same trajectory at any concurrency, after
-an env restart and after a resume. The run around it (resume, result files,
+model turns. With ``wait_reply="ok"`` a revision ``wait``
+(agent_r.revision.is_revision_wait; a replayed one too) never reaches the
+env: the episode answers it with the training samples' reply, as a turn like
+any other (it counts toward ``max_steps`` and ``step_num``). The driver
+answers the requests of every live episode with one model call. Each request
+carries a seed derived from (seed, task, model step), so a deterministic
+backend gives the same trajectory at any concurrency, after an env restart and
+after a resume. The run around it (resume, result files,
 manifest, summary) is agent_r/evaluation.py.
 """
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Generator, NamedTuple
 from agent_r import conversation as conv
 from agent_r.envs import EnvSpec
 from agent_r.llm import GenerationRequest, derive_seed
+from agent_r.revision import REVISION_REPLY, is_revision_wait
 
 
 class Task(NamedTuple):
@@ -36,6 +41,7 @@ class EpisodeSetup:
     model_name: str
     max_steps: int
     seed: int
+    wait_reply: str = "env"             # "ok": the revision wait gets REVISION_REPLY, not the env's answer
 
 
 class _Trajectory:
@@ -46,11 +52,17 @@ class _Trajectory:
         self.messages: list[dict] = []
         self.step_num = 0          # env steps taken (replayed + model)
         self.model_steps = 0       # steps the evaluated model chose
+        self.wait_replies = 0      # revision waits answered with REVISION_REPLY instead of the env
         self.score = 0.0
 
     def act(self, turn: str) -> str | None:
         """Step one turn's action; how the episode ended, or None."""
         spec = self.setup.spec
+        if self.setup.wait_reply == "ok" and is_revision_wait(turn, spec.name):
+            self.step_num += 1
+            self.wait_replies += 1
+            self.messages = conv.append_turn(self.messages, turn, REVISION_REPLY)
+            return None
         out = self.client.step(spec.prepare_action(self.client, conv.parse_action(turn)))
         self.step_num += 1
         self.messages = conv.append_turn(self.messages, turn, out.state)
@@ -70,6 +82,7 @@ class _Trajectory:
             "ended_by": ended_by,
             "model_steps": self.model_steps,
             "replayed_steps": len(self.task.prefix_turns),
+            "wait_replies": self.wait_replies,
             "error": error,
         }
 

@@ -34,7 +34,7 @@ from agent_r.driver import DriverConfig, Outcome, close_quietly, env_errors, is_
 from agent_r.envs import EnvSpec, get_env
 from agent_r.episode import Episode, EpisodeSetup, Task
 from agent_r.io import atomic_write_json, read_json
-from agent_r.knobs import EVAL_PROMPT_BUDGET, PromptBudget, TaskChoice, Temperature
+from agent_r.knobs import EVAL_PROMPT_BUDGET, PromptBudget, TaskChoice, Temperature, WaitReply
 from agent_r.llm import BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.report import summarize_dir
@@ -50,10 +50,10 @@ TASK_HELP = "the environment to evaluate: textcraft, sciworld or webshop"
 
 
 @dataclass
-class EvalSettings(TaskChoice, PromptBudget, Temperature):
+class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
     """Every setting of eval.py (flag > env var > default; see --help). TASK
-    (required, except with --compare), TEMP and MAX_TOKEN_LENGTH are declared
-    in agent_r/knobs.py."""
+    (required, except with --compare), TEMP, MAX_TOKEN_LENGTH and WAIT_REPLY
+    are declared in agent_r/knobs.py."""
 
     model_type: str = setting("eval", env="MODEL_TYPE", flag=None,
                               help="the label appended to the output folder, e.g. iter1 (default eval)")
@@ -102,8 +102,8 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature):
         return resolved_model_name(self.backend, BUNDLED_MODEL.name)
 
     def run_dir(self) -> Path:
-        suffix = "_revise" if self.revise_from else ""
-        return Path(self.output_dir) / get_env(self.task).name / f"{self.model_name}_{self.model_type}{suffix}"
+        """The run's output folder (agent_r.paths.eval_dir, its one rule)."""
+        return paths.eval_dir(self)
 
     def run_config(self) -> dict[str, Any]:
         """The manifest's and summary's "config": every setting, secrets
@@ -278,7 +278,7 @@ def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_clien
     """Play ``planned.todo``; returns how many failed for good. The manifest
     is written also when interrupted (``finished`` stays null then)."""
     spec, run_dir = planned.spec, paths.eval_dir(settings)
-    setup = EpisodeSetup(spec, settings.model_name, settings.max_steps, settings.seed)
+    setup = EpisodeSetup(spec, settings.model_name, settings.max_steps, settings.seed, settings.wait_reply)
     new_client = new_client or (lambda: spec.make_client(settings.env_server_base,
                                                          instruction_file=settings.backend.instruction_file))
     cfg = DriverConfig(SamplingConfig(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens),
@@ -303,6 +303,7 @@ def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend
     and its calls when this invocation had work for one."""
     summary = summarize_dir(run_dir, planned.spec)
     summary["mode"] = "revise" if settings.revise_from else "test"
+    summary["wait_reply"] = settings.wait_reply
     summary["config"] = settings.run_config()
     used = _loaded(backend)
     if used is not None:

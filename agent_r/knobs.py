@@ -34,6 +34,7 @@ POLICY_TEMPERATURE = 1.0
 VERIFIER_TEMPERATURE = 0.0
 PROMPT_BUDGET = DEFAULT_MAX_TOKEN_LENGTH
 EVAL_PROMPT_BUDGET = 7000
+WAIT_REPLIES = ("env", "ok")     # WAIT_REPLY: who answers the revision turn's ``wait`` in eval
 
 
 @dataclass
@@ -72,6 +73,22 @@ class PromptBudget:
     def resolve_prompt_budget(self, fallback: int = PROMPT_BUDGET) -> None:
         if self.max_token_length is None:
             self.max_token_length = fallback
+
+
+@dataclass
+class WaitReply:
+    """Who answers the revision turn's ``wait`` in an evaluated episode
+    (eval.py, iterate.py's evals). Training samples follow it with the reply
+    ``ok.`` (agent_r.revision.REVISION_REPLY), but a test-time env answers an
+    action it does not know (TextCraft: "Could not execute wait"). ``env``
+    keeps the env's answer (the faithful setting); ``ok`` sends no revision
+    ``wait`` to the env and shows the model the training reply instead, the
+    turn still counting toward the turn limit."""
+
+    wait_reply: str = setting("env", env="WAIT_REPLY", choices=WAIT_REPLIES,
+                              help="who answers the revision turn's `wait` in eval: env (the environment, as "
+                              "AgentGym does) or ok (not sent; the model sees the training samples' reply `ok.`; "
+                              "results go to a folder ending _wait_ok) (default env)")
 
 
 @dataclass

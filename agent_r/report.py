@@ -17,6 +17,7 @@ from agent_r import conversation as conv
 from agent_r import paths
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
+from agent_r.revision import revision_turns
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,21 @@ def _success(result: dict, max_score: float) -> bool:
     return float(result["env_score"]) >= max_score  # files written by the reference scripts
 
 
+def revision_turn_counts(results: list[dict], task: str) -> dict[str, int]:
+    """Episodes with a revision turn of the model's own (agent_r.revision),
+    how many of them succeeded, the turns in all, and how many revision
+    ``wait`` turns the run answered itself (WAIT_REPLY=ok): what tells a run
+    of each WAIT_REPLY apart."""
+    counts = [revision_turns(r, task) for r in results]
+    return {"episodes": sum(1 for n in counts if n),
+            "succeeded": sum(1 for n, r in zip(counts, results) if n and r.get("success")),
+            "turns": sum(counts), "wait_replies": sum(int(r.get("wait_replies") or 0) for r in results)}
+
+
 def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
-    return {"run_dir": str(run_dir), "task": spec.name, **summarize(load_results(run_dir), spec.max_score)}
+    results = load_results(run_dir)
+    return {"run_dir": str(run_dir), "task": spec.name, **summarize(results, spec.max_score),
+            "revision_turns": revision_turn_counts(results, spec.name)}
 
 
 def run_labels(summaries: list[dict[str, Any]]) -> list[str]:
@@ -129,6 +143,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
     for k in LOOP_LENGTHS:
         cells = [f"{100 * s['loops'][str(k)]['fraction']:.1f} / {s['loops'][str(k)]['count']}" for s in summaries]
         rows.append((f"loop k={k} % eps / count", cells))
+    rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
 
@@ -137,6 +152,11 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
 
     return "\n".join([line("metric", labels), line("-" * first, ["-" * w for w in widths])]
                      + [line(name, cells) for name, cells in rows])
+
+
+def _revision_cell(summary: dict[str, Any]) -> str:
+    got = summary.get("revision_turns")
+    return f"{got['episodes']} ({got['succeeded']})" if got else "-"
 
 
 def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:

@@ -16,12 +16,19 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from agent_r.conversation import HEAD_LEN, Message
+from agent_r.conversation import HEAD_LEN, Message, parse_action
 from agent_r.llm import Backend
 from agent_r.tree import Node, TreeFormatError, leaf_paths
 from agent_r.verifier import Verdict, verify_paths
 
+# The revision turn a training sample splices in: a revision thought, the
+# action ``wait``, and this reply as the next observation. Eval's
+# ``WAIT_REPLY=ok`` answers the model's revision ``wait`` with the same text.
+REVISION_ACTION = "wait"
 REVISION_REPLY = "ok."
+# Tasks where ``wait`` is also a game action: there only a ``wait`` under a
+# revision thought is the revision turn.
+WAIT_IS_A_GAME_ACTION = frozenset({"sciworld"})
 
 # Our own self-correction sentences for the revision turn; every one is reachable.
 REVISION_THOUGHTS = (
@@ -38,6 +45,41 @@ REVISION_THOUGHTS = (
     "I notice my recent steps are not making progress. I will change my plan.",
     "That did not go well. I should acknowledge the mistake and try something more sensible.",
 )
+
+_THOUGHTS = tuple(" ".join(t.lower().split()) for t in REVISION_THOUGHTS)
+
+
+def has_revision_thought(turn: str) -> bool:
+    text = " ".join(turn.lower().split())
+    return any(t in text for t in _THOUGHTS)
+
+
+def is_revision_wait(turn: str, task: str = "textcraft") -> bool:
+    """A turn whose action is the revision turn's ``wait``: any ``wait``
+    where it is no game action, else (SciWorld) only one under a revision
+    thought, so the game's own ``wait`` still reaches the game."""
+    if parse_action(turn).strip().lower() != REVISION_ACTION:
+        return False
+    return task not in WAIT_IS_A_GAME_ACTION or has_revision_thought(turn)
+
+
+def is_revision_turn(turn: str, task: str = "textcraft") -> bool:
+    """A model turn that revises: one of the revision thoughts, or the
+    ``wait`` action the revision turn of a training sample takes (in tasks
+    where ``wait`` is no game action)."""
+    return has_revision_thought(turn) or is_revision_wait(turn, task)
+
+
+def model_turns(result: dict) -> list[str]:
+    """The turns the evaluated model chose in an eval result (replayed
+    prefix turns left out)."""
+    turns = [m["content"] for m in result.get("state", [])[HEAD_LEN:] if m.get("role") == "assistant"]
+    return turns[int(result.get("replayed_steps") or 0):]
+
+
+def revision_turns(result: dict, task: str = "textcraft") -> int:
+    """How many of an eval result's model turns are revision turns."""
+    return sum(1 for t in model_turns(result) if is_revision_turn(t, task))
 
 
 @dataclass(frozen=True)
@@ -191,7 +233,7 @@ def splice(head: list[Message], bad_prefix: Sequence[tuple[str, str]], good: Seq
     return (
         [dict(m) for m in head]
         + turns_messages(bad_prefix, loss=False)
-        + [{"role": "assistant", "content": f"Thought: {thought}\nAction: wait", "loss": True},
+        + [{"role": "assistant", "content": f"Thought: {thought}\nAction: {REVISION_ACTION}", "loss": True},
            {"role": "user", "content": REVISION_REPLY}]
         + turns_messages(suffix, loss=True)
     )

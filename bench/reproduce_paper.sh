@@ -47,8 +47,10 @@ export BATCH_SIZE=${BATCH_SIZE:-1} ACCUMULATIVE_COUNTS=${ACCUMULATIVE_COUNTS:-16
 # the tiny model's sizes: prompts and training sequences of 2048 tokens, turns of <= 60
 export MAX_LENGTH=${MAX_LENGTH:-2048} MAX_TOKEN_LENGTH=${MAX_TOKEN_LENGTH:-2048}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}
-# evaluation (the paper's): greedy, 100 turns; revision task: 50 turns after the cut
-export EVAL_TEMP=${EVAL_TEMP:-0}
+# evaluation (the paper's): greedy, 100 turns; revision task: 50 turns after the cut.
+# WAIT_REPLY=ok (with another NAME) answers the revision turn's `wait` with the
+# training samples' `ok.` instead of the env's reply (docs/evaluation.md).
+export EVAL_TEMP=${EVAL_TEMP:-0} WAIT_REPLY=${WAIT_REPLY:-env}
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-100}
 REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-50}
 CONCURRENCY=${CONCURRENCY:-32}

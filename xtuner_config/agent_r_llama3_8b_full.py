@@ -6,8 +6,10 @@
 # or xtuner_config/train.sh, which sets PYTHONPATH and also converts the result
 # to a Hugging Face model directory. Settings come from environment variables
 # (agent_r/training/settings.py, docs/training.md).
-# Defaults are XTuner's reference values for this model (llama3_8b_instruct_full_alpaca_e3):
-# the paper does not publish its learning rate or epochs.
+# Defaults are the paper's for Llama-3.1-8B: LR 2e-5, 3% linear warm-up then cosine
+# decay, batch 1 x 16 accumulation, 3 epochs in the first self-training iteration and
+# 1 in later ones (iterate.py hands each iteration its EPOCHS; a run on its own takes 3).
+# They are also XTuner's reference values for this model (llama3_8b_instruct_full_alpaca_e3).
 #
 # Data: the JSON list written by `path_collection.py export --format xtuner`,
 # read through XTuner's openai_map_fn so that each assistant message's "loss"

@@ -21,6 +21,7 @@ from agent_r.loop.stats import comparisons
 from agent_r.settings import manifest_config
 
 LOOP_KS = ("1", "2", "3", "4")   # repeated action sequences of length 1-4 (paper Fig. 4)
+WAIT_OK_NOTE = ", WAIT_REPLY=ok: the revision turn's `wait` answered `ok.` as in training, not by the env"
 
 
 def average(row: dict, key: str) -> Optional[float]:
@@ -42,8 +43,9 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
     head = ["iteration", "variant", *[f"{t} success %" for t in tasks]] + (["average"] if len(tasks) > 1 else [])
     lines = [f"# Agent-R self-training: {s.name}", "",
              f"Test success % (TEMP={s.eval_temperature:g}, at most {s.eval_max_steps} turns, "
-             f"{'all' if s.eval_limit is None else f'the first {s.eval_limit}'} test tasks per task); "
-             "iteration 0 is the base model.", "", _md_row(head), _md_row(["---"] * len(head))]
+             f"{'all' if s.eval_limit is None else f'the first {s.eval_limit}'} test tasks per task"
+             f"{WAIT_OK_NOTE if s.wait_reply == 'ok' else ''}); iteration 0 is the base model.", "",
+             _md_row(head), _md_row(["---"] * len(head))]
     for r in rows:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
@@ -135,7 +137,7 @@ def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer:
     """results.json, results.md and results.png, each replaced atomically."""
     atomic_write_json(layout.results(RESULTS_JSON), {
         "name": s.name, "tasks": s.tasks, "variants": s.variant_list, "iterations": s.iterations,
-        "train_from": s.train_from, "trainer": trainer, "config": manifest_config(s),
+        "train_from": s.train_from, "trainer": trainer, "wait_reply": s.wait_reply, "config": manifest_config(s),
         "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)})
     atomic_write_text(layout.results(RESULTS_MD), markdown(s, rows))
     write_plot(s, rows, layout.results(RESULTS_PNG))

@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 from tqdm import tqdm
 
 from agent_r.envs import get_env, identify_server
+from agent_r.io import read_json
 from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
@@ -19,7 +20,7 @@ from agent_r.loop.layout import BASE, Layout
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
 from agent_r.loop.settings import IterateSettings
-from agent_r.loop.stages import StageIncomplete, run_stage, search_settings
+from agent_r.loop.stages import MARKER, StageIncomplete, run_stage, search_settings
 from agent_r.loop.train import check_trainer, train_stage
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
 
@@ -170,6 +171,21 @@ def leave_out_taught_tasks(s: IterateSettings, base_dir: str, root: Path) -> dic
                 "task_list": s.search_split.get(t, s.split_file)} for t, got in plans.items()}
 
 
+def check_wait_reply(s: IterateSettings, layout: Layout) -> None:
+    """A run's evals all answer the revision ``wait`` one way: a rerun with
+    another WAIT_REPLY would skip the finished evals and mix both settings in
+    one results table, so it stops here instead. Evals finished before the
+    setting existed used the env's answer."""
+    for marker in sorted(layout.root.glob(f"iter_*/eval/*/{MARKER}")):
+        try:
+            used = read_json(marker)["stats"].get("wait_reply", "env")
+        except (ValueError, OSError, KeyError, TypeError, AttributeError):
+            continue   # unreadable: run_stage redoes that stage anyway
+        if used != s.wait_reply:
+            raise UsageError(f"run {layout.root} was evaluated with WAIT_REPLY={used} ({marker.parent}), not "
+                             f"{s.wait_reply}: rerun it with WAIT_REPLY={used}, or use another --name")
+
+
 def stage_count(s: IterateSettings) -> int:
     return 1 + s.iterations * len(s.variant_list) * STAGES_PER_ITERATION
 
@@ -178,6 +194,7 @@ def run(s: IterateSettings) -> LoopResult:
     """iterate.py's whole job; resumes a run of the same name."""
     base_dir, trainer = check_inputs(s)
     layout = Layout(Path(s.runs_dir) / s.name)
+    check_wait_reply(s, layout)
     s.search_tasks = leave_out_taught_tasks(s, base_dir, layout.root)
     # one engine serves every stage: sized for the largest prompt budget (eval's by default)
     pool = ModelPool(s.seed, (s.max_token_length or EVAL_PROMPT_BUDGET) + s.max_new_tokens)

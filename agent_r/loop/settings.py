@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from agent_r.envs import get_env
-from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice
+from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice, WaitReply
 from agent_r.settings import (BackendSettings, UsageError, at_iteration, max_new_tokens_setting, nested,
                               setting)
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
@@ -27,10 +27,11 @@ OPTIMAL_ONLY = 1 - 1e-9
 
 
 @dataclass
-class IterateSettings(TaskChoice, PromptBudget):
+class IterateSettings(TaskChoice, PromptBudget, WaitReply):
     """Flag > env var > default. TASK takes several environments,
     comma-separated; MAX_TOKEN_LENGTH unset leaves each stage its own budget
-    (search and verifier 4096, eval 7000)."""
+    (search and verifier 4096, eval 7000); WAIT_REPLY reaches every eval (the
+    test split and the revision task) and is one per run."""
 
     name: str = setting("run", help="the run's folder under --runs_dir; a rerun with the same name resumes "
                         "(default run)")

@@ -88,7 +88,7 @@ def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_fr
         output_dir=str(out),
         concurrency=s.concurrency, seed=s.seed, max_new_tokens=s.max_new_tokens,
         limit=None if revise_from else s.eval_limit, revise_from=str(revise_from) if revise_from else None,
-        backend=p.backend)
+        wait_reply=s.wait_reply, backend=p.backend)
     es.finish()
     return es
 
@@ -196,8 +196,9 @@ def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dic
 def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise_from: Optional[Path]) -> dict:
     """model ``p`` on every task's test split, then on the revision task.
     ``revise_from`` is the folder of the revise-task files (None: the base
-    run, which writes them from its own failures)."""
-    stats: dict[str, Any] = {"test": {}, "revise_task": {}}
+    run, which writes them from its own failures). The statistics record
+    WAIT_REPLY, so a rerun can tell which setting a finished eval used."""
+    stats: dict[str, Any] = {"wait_reply": s.wait_reply, "test": {}, "revise_task": {}}
     for task in s.tasks:
         es = eval_settings(s, task, out, p)
         stats["test"][task] = evaluate_one(es, pool, p)

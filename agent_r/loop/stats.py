@@ -22,14 +22,12 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from agent_r import conversation as conv
 from agent_r.io import read_json
 from agent_r.paths import result_file
-from agent_r.revision import REVISION_THOUGHTS
+# what a revision turn is lives with the splice that makes it (re-exported here)
+from agent_r.revision import is_revision_turn, revision_turns
 
-REVISION_ACTION = "wait"   # the action of the spliced revision turn
-WAIT_IS_A_GAME_ACTION = frozenset({"sciworld"})
-_THOUGHTS = tuple(" ".join(t.lower().split()) for t in REVISION_THOUGHTS)
+__all__ = ["mcnemar_exact", "paired", "is_revision_turn", "revision_turns", "episode_stats", "comparisons"]
 
 
 # --------------------------------------------------------------------------- McNemar
@@ -60,26 +58,6 @@ def paired(reference: dict[str, int], other: dict[str, int]) -> Optional[dict[st
 
 
 # --------------------------------------------------------------------------- revision turns
-
-def is_revision_turn(turn: str, task: str = "textcraft") -> bool:
-    """A model turn that revises: one of the revision thoughts, or the
-    ``wait`` action the revision turn of a training sample takes (in tasks
-    where ``wait`` is no game action)."""
-    text = " ".join(turn.lower().split())
-    if any(t in text for t in _THOUGHTS):
-        return True
-    return task not in WAIT_IS_A_GAME_ACTION and conv.parse_action(turn).strip().lower() == REVISION_ACTION
-
-
-def model_turns(result: dict) -> list[str]:
-    """The turns the evaluated model chose (replayed prefix turns left out)."""
-    turns = [m["content"] for m in result.get("state", [])[conv.HEAD_LEN:] if m.get("role") == "assistant"]
-    return turns[int(result.get("replayed_steps") or 0):]
-
-
-def revision_turns(result: dict, task: str = "textcraft") -> int:
-    return sum(1 for t in model_turns(result) if is_revision_turn(t, task))
-
 
 def episode_stats(run_dir: str | Path, keys: Iterable[str], task: str = "textcraft") -> dict[str, Any]:
     """Per-episode success (``outcomes``, key -> 1/0: what paired comparisons

@@ -67,3 +67,26 @@ class WeightsDouble(ScriptedBackend):
 
 def weights_double(model_dir: str, **options: Any) -> WeightsDouble:
     return WeightsDouble(model_dir)
+
+
+class WaitDouble(ScriptedBackend):
+    """Test double for WAIT_REPLY: in every episode its second turn is a
+    revision turn as training samples write it (a revision thought, then
+    ``wait``); every other turn checks the inventory."""
+
+    name = "wait-double"
+
+    def __init__(self) -> None:
+        super().__init__(self.turn)
+
+    @staticmethod
+    def turn(messages: list[dict], index: int, seed: int | None) -> str:
+        from agent_r.conversation import HEAD_LEN
+        from agent_r.revision import REVISION_THOUGHTS
+
+        k = sum(1 for m in messages[HEAD_LEN:] if m["role"] == "assistant")
+        return f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait" if k == 1 else "Thought: look.\nAction: inventory"
+
+
+def wait_double(model_dir: str, **options: Any) -> WaitDouble:
+    return WaitDouble()

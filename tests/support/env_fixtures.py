@@ -44,7 +44,7 @@ def start_server(module: str, *args: str, env: dict | None = None, timeout: floa
         try:
             if requests.get(f"{url}/health", timeout=1).status_code == 200:
                 return proc, url
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):   # not up yet, or too busy to answer in 1 s
             pass
         time.sleep(0.1)
     stop_server(proc)

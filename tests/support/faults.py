@@ -100,7 +100,7 @@ def start_server_on(module: str, port: int, *args: str, timeout: float = 90.0) -
             try:
                 if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     return proc
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):   # not up yet, or too busy to answer in 1 s
                 pass
             time.sleep(0.05)
         if time.monotonic() >= deadline:

@@ -1,0 +1,69 @@
+"""iterate.py hands WAIT_REPLY to every eval it runs (the test split and the
+revision task), records it in its results, and a rerun of the run with the
+other setting stops with one line instead of mixing both in one table."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_r.conversation import HEAD_LEN
+from agent_r.loop import IterateSettings, run
+from agent_r.loop.models import Policy
+from agent_r.loop.stages import eval_settings
+from agent_r.revision import REVISION_REPLY
+from agent_r.settings import UsageError, parse
+from tests.loop.conftest import SMALL, settings_for
+
+WAIT_DOUBLE = "python:tests.loop.doubles:wait_double"
+FLAGS = ["--eval_limit", "2", "--eval_max_steps", "4", "--revise_limit", "2", "--revise_max_steps", "3",
+         "--max_new_tokens", "40", "--concurrency", "2"]
+
+
+@pytest.mark.parametrize("env, want", [({}, "env"), ({"WAIT_REPLY": "ok"}, "ok")])
+def test_every_eval_of_the_loop_gets_wait_reply(env, want, tmp_path):
+    s = parse(IterateSettings, [], env)
+    p = Policy("m", "m", s.backend)
+    for revise_from in (None, tmp_path / "r.jsonl"):
+        es = eval_settings(s, "textcraft", tmp_path, p, revise_from=revise_from)
+        assert es.wait_reply == want
+        assert es.run_dir().name.endswith("_wait_ok") == (want == "ok")
+    assert parse(IterateSettings, ["--wait_reply", "ok"], {}).wait_reply == "ok"
+
+
+def replies_after_wait(folder: Path) -> list[str]:
+    """The observation after every ``wait`` turn in the eval result files under ``folder``."""
+    got = []
+    for path in folder.rglob("search_results_*.json"):
+        state = json.loads(path.read_text())["state"]
+        got += [state[i + 1]["content"] for i in range(HEAD_LEN, len(state) - 1)
+                if state[i]["role"] == "assistant" and state[i]["content"].endswith("Action: wait")]
+    return got
+
+
+def test_a_loop_run_with_ok_answers_every_revision_wait_and_says_so(base_model, textcraft_server, tmp_path):
+    env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "0", "BACKEND": WAIT_DOUBLE,
+           "WAIT_REPLY": "ok"}
+    flags = FLAGS + ["--runs_dir", str(tmp_path), "--name", "w", "--env_server_base", textcraft_server]
+    result = run(settings_for(env, flags))
+    assert result.exit_code == 0
+    evals = tmp_path / "w" / "iter_0" / "eval" / "base" / "textcraft"
+    folders = sorted(p.name for p in evals.iterdir() if p.is_dir())
+    assert folders == ["base_test_revise_wait_ok", "base_test_wait_ok"]      # model_0 is labelled base
+    replies = replies_after_wait(evals)
+    assert len(replies) >= 2 and set(replies) == {REVISION_REPLY}      # none answered by the env
+    for folder in folders:
+        assert json.loads((evals / folder / "summary.json").read_text())["wait_reply"] == "ok"
+    results = json.loads((tmp_path / "w" / "results.json").read_text())
+    assert results["wait_reply"] == "ok" and results["config"]["wait_reply"] == "ok"
+    (row,) = results["rows"]
+    assert row["wait_reply"] == "ok"
+    assert row["test"]["textcraft"]["revision_turns"]["episodes"] == 2   # both test episodes revised once
+    assert "WAIT_REPLY=ok" in (tmp_path / "w" / "results.md").read_text()
+
+    # the same run again resumes; with the env's reply it stops before any stage
+    assert run(settings_for(env, flags)).rows == result.rows
+    with pytest.raises(UsageError, match="was evaluated with WAIT_REPLY=ok .*rerun it with WAIT_REPLY=ok, or use "
+                                         "another --name"):
+        run(settings_for({**env, "WAIT_REPLY": "env"}, flags))
