@@ -71,18 +71,22 @@ def not_a_backend(model_dir, **options):
 
 def test_startup_line_names_backend_device_dtype(tiny_model_dir, vllm_fake, caplog):
     """Each built-in backend logs one "model: ..." line saying what runs
-    where: backend, device, dtype, model and size (the server's for openai)."""
+    where: backend, device, dtype, model and size (the server's for openai).
+    On CPU vllm's "auto" dtype is float32 (vllm's own auto is bf16 there, which
+    changes greedy episodes); an explicit dtype reaches the engine as given."""
     with caplog.at_level(logging.INFO, logger="agent_r.llm"):
         make_backend(BackendSettings(backend="hf", model_dir=tiny_model_dir))
         make_backend(BackendSettings(backend="vllm", model_dir=tiny_model_dir), max_model_len=1000)
+        make_backend(BackendSettings(backend="vllm", model_dir=tiny_model_dir, dtype="bfloat16"), max_model_len=1000)
         make_backend(BackendSettings(backend="openai", model_dir=tiny_model_dir,
                                      openai_base_url="http://127.0.0.1:9/v1"))
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("model: ")]
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert "backend hf | device cpu | dtype float32 | model_dir " in lines[0] and "parameters" in lines[0]
-    assert "backend vllm" in lines[1] and "device cpu" in lines[1] and "dtype bfloat16" in lines[1]
+    assert "backend vllm" in lines[1] and "device cpu" in lines[1] and "dtype float32" in lines[1]
     assert "max_model_len 1000" in lines[1]
-    assert "backend openai" in lines[2] and "device and dtype: the server's" in lines[2]
+    assert "dtype bfloat16" in lines[2]
+    assert "backend openai" in lines[3] and "device and dtype: the server's" in lines[3]
 
 
 def test_allow_cpu_and_kv_cache_settings_parse():
