@@ -296,17 +296,20 @@ def _pure_run(backend, meter, requests, sampling, batch_size: int, repeats: int,
 
 
 def cmd_throughput(args) -> None:
+    import gc as pygc
+
     import torch
     from agent_r.llm import SamplingConfig, make_backend
-    from agent_r.settings import BackendSettings
+    from agent_r.knobs import BackendSettings
 
     label = args.label
     t0 = time.perf_counter()
     backend = make_backend(BackendSettings(backend="hf", model_dir=args.model), seed=0)
     load_s = time.perf_counter() - t0
     meter = Meter(backend)
+    # gc_frozen_objects > 0 shows the backend's gc.freeze() after load ran (the GC fix under test)
     res: dict = {"model": args.model, "backend": backend.describe(), "load_s": round(load_s, 2),
-                 "max_new_tokens": args.max_new_tokens, "runs": {}}
+                 "max_new_tokens": args.max_new_tokens, "gc_frozen_objects": pygc.get_freeze_count(), "runs": {}}
     save_results(args.results, f"throughput_{label}", res)
     # one warm-up generate (CUDA context, kernels) before anything is timed
     from agent_r.llm import GenerationRequest
@@ -332,8 +335,10 @@ def cmd_throughput(args) -> None:
         run: dict = {"concurrency": conc, "n_gen": args.n_gen, "samples_per_call": conc * args.n_gen}
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        # (ii) collection as shipped (backend batch_size default), then with batch_size = B
-        sizes = [default_bs] + ([b] if b != default_bs else [])
+        # (ii) collection as shipped (backend batch_size default), then with batch_size = B. Sizes
+        # are the sequences one generate really gets: the GPU default (0 = a whole call, stored as
+        # 1 << 30) is the same run as batch_size = B, so it is run once and keyed bs{B}.
+        sizes = [min(default_bs, b)] + ([b] if default_bs < b else [])
         captured = None
         for bs in sizes:
             backend.batch_size = bs
@@ -350,7 +355,8 @@ def cmd_throughput(args) -> None:
             pure, col = run[f"pure_bs{bs}"]["tokens_per_s"], run[f"collection_bs{bs}"]["tokens_per_s"]
             run[f"ratio_bs{bs}"] = round(col / pure, 3) if pure else None
         best_pure = max(run[f"pure_bs{bs}"]["tokens_per_s"] for bs in sizes)
-        run["ratio_shipped_vs_best_pure"] = round(run[f"collection_bs{default_bs}"]["tokens_per_s"] / best_pure, 3)
+        run["shipped_bs"] = sizes[0]
+        run["ratio_shipped_vs_best_pure"] = round(run[f"collection_bs{sizes[0]}"]["tokens_per_s"] / best_pure, 3)
         if torch.cuda.is_available():
             run["peak_gpu_mem_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         res["runs"][f"B{b}"] = run
@@ -358,19 +364,16 @@ def cmd_throughput(args) -> None:
         if args.diagnose:
             # why collection decode steps are slower than pure ones: the same batch
             # without forced length / warm-up, then collection with Python's GC frozen
-            run["pure_unforced_cold"] = _pure_run(backend, meter, requests, sampling, default_bs, 1,
+            run["pure_unforced_cold"] = _pure_run(backend, meter, requests, sampling, sizes[0], 1,
                                                   force=False, warm=False)
             save_results(args.results, f"throughput_{label}", res)
-            import gc as pygc
-
             pygc.collect()
             pygc.freeze()
             pygc.disable()
             try:
                 run["collection_gc_frozen"], _ = _collection_run(backend, meter, args, conc, work / f"B{b}_gcfrozen")
             finally:
-                pygc.enable()
-                pygc.unfreeze()
+                pygc.enable()   # no unfreeze: the hf backend itself runs with gc.freeze() since load
             save_results(args.results, f"throughput_{label}", res)
     backend.close()
 
@@ -586,7 +589,7 @@ def cmd_train(args) -> None:
     reload = (
         "import json, sys, time; "
         "from agent_r.llm import make_backend, GenerationRequest, SamplingConfig; "
-        "from agent_r.settings import BackendSettings; "
+        "from agent_r.knobs import BackendSettings; "
         "t=time.time(); b=make_backend(BackendSettings(backend='hf', model_dir=sys.argv[1]), seed=0); "
         "out=b.generate([GenerationRequest([{'role':'user','content':'Crafting commands: craft 1 stick using 2 planks. Goal: craft stick.'}], n=2)], "
         "SamplingConfig(temperature=1.0, max_new_tokens=32)); "

@@ -56,7 +56,8 @@ if has train && [[ -d "$WHL_TRAIN" ]]; then
     $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-train "$WHL_TRAIN"/*.whl || exit 3
 fi
 
-B=(bench/bench_gpu.py --results "$RES" --deadline "$DEADLINE" --workdir "$WORK" --logdir "$WORK/logs")
+# as a module of the bench package: the repository root is then on sys.path (agent_r, agentenv_*)
+B=(-m bench.bench_gpu --results "$RES" --deadline "$DEADLINE" --workdir "$WORK" --logdir "$WORK/logs")
 echo "== info"
 $PY "${B[@]}" info
 
