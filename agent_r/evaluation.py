@@ -34,15 +34,14 @@ from agent_r.driver import DriverConfig, Outcome, close_quietly, env_errors, is_
 from agent_r.envs import EnvSpec, get_env
 from agent_r.episode import Episode, EpisodeSetup, Task
 from agent_r.io import atomic_write_json, read_json
-from agent_r.knobs import EVAL_PROMPT_BUDGET, PromptBudget, TaskChoice, Temperature, WaitReply
+from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, ShardSettings, TaskChoice, Temperature,
+                           WaitReply, concurrency_setting, env_server_setting, max_new_tokens_setting,
+                           resolved_model_name, seed_setting)
 from agent_r.llm import BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.report import summarize_dir
-from agent_r.settings import ShardSettings
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
-from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, concurrency_setting,
-                              env_server_setting, manifest_config, max_new_tokens_setting,
-                              nested, resolved_model_name, seed_setting, setting, validate)
+from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, manifest_config, nested, setting, validate
 
 log = logging.getLogger(__name__)
 

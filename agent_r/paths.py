@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent_r.envs import get_env
+from agent_r.knobs import BackendSettings, resolved_model_name
 from agent_r.llm import BUNDLED_MODEL
-from agent_r.settings import BackendSettings, UsageError, resolved_model_name
+from agent_r.settings import UsageError
 
 if TYPE_CHECKING:   # the settings live with their runs, which import this module
     from agent_r.evaluation import EvalSettings

@@ -30,13 +30,12 @@ from tqdm import tqdm
 from agent_r import paths, revision
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
-from agent_r.knobs import VERIFIER_TEMPERATURE, PairKnobs, PromptBudget, TaskChoice, Temperature
+from agent_r.knobs import (VERIFIER_TEMPERATURE, BackendSettings, PairKnobs, PromptBudget, TaskChoice, Temperature,
+                           max_new_tokens_setting, resolved_model_name)
 from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, make_backend
 from agent_r.manifest import write_manifest
 from agent_r.revision import RevisionConfig, TreeRows
-from agent_r.settings import (EXIT_ITEMS_FAILED, EXIT_OK, BackendSettings, UsageError, manifest_config,
-                              max_new_tokens_setting, nested, resolved_model_name,
-                              setting, validate)
+from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, manifest_config, nested, setting, validate
 from agent_r.tree import TreeFormatError, load_tree
 
 log = logging.getLogger(__name__)

@@ -28,11 +28,11 @@ from agent_r.envs import EnvSpec, get_env
 from agent_r.io import atomic_write_json
 from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, SamplingConfig, make_backend
 from agent_r.manifest import write_manifest
-from agent_r.knobs import DEFAULT_TASK, PromptBudget, SearchKnobs, TaskChoice
+from agent_r.knobs import (DEFAULT_TASK, BackendSettings, PromptBudget, SearchKnobs, ShardSettings, TaskChoice,
+                           concurrency_setting, env_server_setting, max_new_tokens_setting, resolved_model_name,
+                           seed_setting)
 from agent_r.mcts import MCTSConfig, TreeSearch
-from agent_r.settings import (BackendSettings, UsageError, concurrency_setting, env_server_setting, manifest_config,
-                              max_new_tokens_setting, nested, resolved_model_name, seed_setting, setting)
-from agent_r.settings import ShardSettings
+from agent_r.settings import UsageError, manifest_config, nested, setting
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.tree import TreeFormatError, load_tree
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Sequence, TypeVar
 
+from agent_r.knobs import ShardSettings
 from agent_r.paths import MANIFEST
-from agent_r.settings import ShardSettings
 
 T = TypeVar("T")
 

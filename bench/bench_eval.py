@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from agent_r import conversation as conv  # noqa: E402
 from agent_r import evaluation as ev  # noqa: E402
 from agent_r.envs import get_env  # noqa: E402
-from agent_r.settings import BackendSettings  # noqa: E402
+from agent_r.knobs import BackendSettings  # noqa: E402
 from agentenv_servers.textcraft_expert import solve  # noqa: E402
 from tests.support.doubles import LatencyModelBackend  # noqa: E402
 from tests.support.env_fixtures import start_server, stop_server  # noqa: E402

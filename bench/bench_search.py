@@ -138,9 +138,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     import psutil
 
     from agent_r import envs
+    from agent_r.knobs import BackendSettings
     from agent_r.llm import make_backend
     from agent_r.search import SearchSettings, search_trees
-    from agent_r.settings import BackendSettings
     from agentenv_client.base import BaseEnvClient
 
     spec = envs.get_env("textcraft")

@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 from agent_r import revision, verifier  # noqa: E402
 from agent_r.envs import get_env  # noqa: E402
 from agent_r.io import atomic_write_json, atomic_write_jsonl  # noqa: E402
+from agent_r.knobs import BackendSettings  # noqa: E402
 from agent_r.llm import BUNDLED_MODEL, make_backend  # noqa: E402
 from agent_r.paths import result_files, tree_files  # noqa: E402
 from agent_r.revision_data import PathSettings  # noqa: E402
-from agent_r.settings import BackendSettings  # noqa: E402
 from agent_r.conversation import parse_action  # noqa: E402
 from agent_r.tree import Node, leaf_paths, load_tree  # noqa: E402
 from scripts.make_verifier_data import DEMO_MAX_NEW_TOKENS, DEMO_MAX_TOKEN_LENGTH, ground_truth  # noqa: E402

@@ -16,8 +16,9 @@ import argparse
 import time
 
 
+from agent_r.knobs import BackendSettings  # noqa: E402
 from agent_r.llm import Backend, GenerationRequest, SamplingConfig, make_backend  # noqa: E402
-from agent_r.settings import BackendSettings, run_cli  # noqa: E402
+from agent_r.settings import run_cli  # noqa: E402
 
 
 def conversations(count: int) -> list[list[dict]]:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from agent_r.conversation import TRUNCATION_MARGIN
-from agent_r.settings import DEFAULT_MAX_NEW_TOKENS, UsageError
+from agent_r.knobs import DEFAULT_MAX_NEW_TOKENS
+from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,13 @@ import importlib.util
 import logging
 from pathlib import Path
 
+from agent_r.knobs import BackendSettings
 from agent_r.llm.base import Backend
 from agent_r.llm.hf_backend import HFBackend
 from agent_r.llm.model_files import engine_max_model_len, resolve_model_dir
 from agent_r.llm.openai_backend import OpenAIBackend
 from agent_r.llm.vllm_backend import VLLMBackend
-from agent_r.settings import BackendSettings, UsageError
+from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
+from agent_r.knobs import BackendSettings
 from agent_r.llm import LazyBackend, make_backend
-from agent_r.settings import BackendSettings
 
 
 @dataclass

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Optional
 
 from agent_r.envs import get_env
-from agent_r.knobs import DEFAULT_TASK, PairKnobs, PromptBudget, SearchKnobs, TaskChoice, WaitReply
-from agent_r.settings import (BackendSettings, UsageError, at_iteration, max_new_tokens_setting, nested,
-                              setting)
+from agent_r.knobs import (DEFAULT_TASK, BackendSettings, PairKnobs, PromptBudget, SearchKnobs, TaskChoice, WaitReply,
+                           max_new_tokens_setting)
+from agent_r.settings import UsageError, at_iteration, nested, setting
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
 
 VARIANTS = ("agent-r", "direct", "good", "eto")

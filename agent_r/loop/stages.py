@@ -20,11 +20,11 @@ from typing import Any, Callable, Optional
 from agent_r import evaluation, export, revision_data, search
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, read_json
+from agent_r.knobs import group_values
 from agent_r.loop.models import ModelPool, Policy
 from agent_r.loop.revise_task import revise_tasks_file, write_revise_tasks
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import episode_stats
-from agent_r.settings import group_values
 from agent_r.tree import leaf_paths, load_tree
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from agent_r.io import atomic_write_json, read_json
 from agent_r.loop.models import Policy
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import search_settings
-from agent_r.training import eto, trl_sft
+from agent_r.training import eto, resume, trl_sft
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ DROPPED = ("config", "seconds", "train_runtime", "hf")
 
 def loss_history(out: Path) -> list[float]:
     """The loss of every logged step (``out/loss_history.json``), as the stage's ``losses``."""
-    path = out / trl_sft.HISTORY
+    path = out / resume.HISTORY
     return [row["loss"] for row in read_json(path)] if path.exists() else []
 
 

@@ -56,14 +56,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agent_r.io import atomic_write_json, read_json
-from agent_r.knobs import DEFAULT_TASK, TaskChoice
-from agent_r.settings import (BUNDLED_MODEL_DIR, ModelDir, UsageError, group_values, nested, parse, run_cli,
-                              setting)
+from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_TASK, ModelDir, TaskChoice, group_values
+from agent_r.settings import UsageError, nested, parse, run_cli, setting
 # The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
 from agent_r.training.cpu import IGNORE, encode
+from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
 from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
-from agent_r.training.trl_sft import (Run, check_warmup, cuda, is_main_process, load_tokenizer, precision,
-                                      quiet_logs, run_key, tensorboard_dir, threads_setting, train_once)
+from agent_r.training.trl_sft import check_warmup, load_tokenizer, quiet_logs, tensorboard_dir, threads_setting
 from agent_r.tree import Node, leaf_paths, load_tree
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent_r.settings import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, IntSchedule, ModelDir, parse, setting
+from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, ModelDir
+from agent_r.settings import IntSchedule, parse, setting
 
 # Training sequences as long as the search's prompt budget: a sample then holds
 # about the context the model had when it chose the sample's turns.

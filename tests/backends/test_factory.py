@@ -7,8 +7,9 @@ import logging
 
 import pytest
 
+from agent_r.knobs import BackendSettings
 from agent_r.llm import GenerationRequest, HFBackend, OpenAIBackend, make_backend
-from agent_r.settings import BackendSettings, UsageError, manifest_config, parse
+from agent_r.settings import UsageError, manifest_config, parse
 from tests.backends.common import GREEDY, SECRET, numbered_chat
 from tests.support.doubles import ScriptedBackend
 

@@ -6,8 +6,8 @@ import gc
 import pytest
 from transformers import AutoTokenizer
 
+from agent_r.knobs import BackendSettings
 from agent_r.llm import CPU_HF_BATCH, GenerationRequest, HFBackend, PromptTooLong, SamplingConfig
-from agent_r.settings import BackendSettings
 from tests.backends.common import GREEDY, crafting_chat, numbered_chat
 
 

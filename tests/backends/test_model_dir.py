@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_r.knobs import BackendSettings
 from agent_r.llm import BUNDLED_MODEL, HFBackend, engine_max_model_len, make_backend, parameter_count, resolve_model_dir
-from agent_r.settings import BackendSettings, UsageError, parse
+from agent_r.settings import UsageError, parse
 
 
 def test_resolve_model_dir(monkeypatch, tmp_path, tiny_model_dir):

@@ -12,9 +12,10 @@ import sys
 import pytest
 
 from agent_r.driver import DriverConfig, run_jobs
+from agent_r.knobs import BackendSettings
 from agent_r.llm import (BackendError, GenerationRequest, PromptTooLong, SamplingConfig, VLLMBackend, derive_seed,
                          make_backend)
-from agent_r.settings import BackendSettings, UsageError
+from agent_r.settings import UsageError
 from tests.backends.common import GREEDY_16, SAMPLED_16, crafting_chat
 from tests.support import fake_vllm
 

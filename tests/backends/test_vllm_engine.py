@@ -23,12 +23,12 @@ pytest.importorskip("vllm", reason="vllm is not installed in this venv: `make se
                                    "`make test-vllm` runs this file in it")
 
 from agent_r import evaluation as ev  # noqa: E402
+from agent_r.knobs import BackendSettings  # noqa: E402
 from agent_r.llm import (BUNDLED_MODEL, GenerationRequest, HFBackend, PromptTooLong, SamplingConfig,  # noqa: E402
                          VLLMBackend, make_backend)
 from agent_r import paths  # noqa: E402
 from agent_r.revision_data import PathSettings, collect  # noqa: E402
 from agent_r.search import SearchSettings, collect_trees  # noqa: E402
-from agent_r.settings import BackendSettings  # noqa: E402
 from tests.support import tree_fixtures as tf  # noqa: E402
 from tests.support.model_fixtures import ROOT  # noqa: E402
 

@@ -72,7 +72,7 @@ def test_unreachable_server_is_one_line_exit_2(tmp_path):
 
 def test_help_lists_every_setting():
     from agent_r.evaluation import EvalSettings
-    from agent_r.settings import BackendSettings
+    from agent_r.knobs import BackendSettings
     from dataclasses import fields
 
     proc = run_eval(["--help"])

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from agent_r import revision
+from agent_r.knobs import BackendSettings
 from agent_r.revision_data import PathSettings, collect
-from agent_r.settings import BackendSettings
 from tests.support import tree_fixtures as tf
 from tests.support.env_fixtures import ROOT
 from tests.support.revision_cases import rows_of

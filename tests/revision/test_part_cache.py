@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from agent_r import paths
+from agent_r.knobs import BackendSettings
 from agent_r.revision_data import PathSettings, collect
-from agent_r.settings import BackendSettings
 from tests.support import tree_fixtures as tf
 from tests.support.doubles import ScriptedBackend
 from tests.support.revision_cases import rows_of

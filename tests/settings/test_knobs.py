@@ -13,12 +13,13 @@ import pytest
 
 from agent_r.evaluation import EvalSettings
 from agent_r.export import ExportSettings
+from agent_r.knobs import BUNDLED_MODEL_DIR, BackendSettings
 from agent_r.loop.models import Policy
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import eval_settings, path_settings, search_settings
 from agent_r.revision_data import PathSettings
 from agent_r.search import SearchSettings
-from agent_r.settings import BUNDLED_MODEL_DIR, BackendSettings, UsageError, parse
+from agent_r.settings import UsageError, parse
 from agent_r.training.eto import EtoConfig, PairsCommand, TrainCommand
 from agent_r.training.settings import TrainSettings
 from agent_r.training.trl_sft import TrlCommand, TrlConfig

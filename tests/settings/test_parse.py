@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_r.settings import BackendSettings, UsageError, build_parser, manifest_config, parse, validate
+from agent_r.knobs import BackendSettings
+from agent_r.settings import UsageError, build_parser, manifest_config, parse, validate
 
 
 def test_precedence_flag_over_env_over_default():

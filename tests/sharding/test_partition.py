@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_r.settings import ShardSettings, UsageError, parse
+from agent_r.knobs import ShardSettings
+from agent_r.settings import UsageError, parse
 from agent_r.sharding import manifest_name, shard_items
 
 

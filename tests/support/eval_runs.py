@@ -11,7 +11,7 @@ import sys
 from agent_r import conversation as conv
 from agent_r import evaluation as ev
 from agent_r import paths
-from agent_r.settings import BackendSettings
+from agent_r.knobs import BackendSettings
 from agentenv_servers.textcraft_expert import solve
 from tests.support.env_fixtures import ROOT
 

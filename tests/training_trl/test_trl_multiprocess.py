@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 
-from agent_r.training import trl_sft
+from agent_r.training import resume, trl_sft
 from tests.support.model_fixtures import free_port
 from tests.training_trl.conftest import ROOT, quick
 
@@ -32,14 +32,14 @@ def test_two_cpu_processes_take_the_same_steps_as_one_and_save_a_loadable_model(
     r1 = launch(trl_sft.command_argv(tiny_model_dir, [str(trl_export)], str(tmp_path / "one"), one))
     r2 = launch(trl_sft.command_argv(tiny_model_dir, [str(trl_export)], str(tmp_path / "two"), two, processes=2,
                                      port=free_port()))
-    s1 = json.loads((tmp_path / "one" / trl_sft.DONE).read_text())
-    s2 = json.loads((tmp_path / "two" / trl_sft.DONE).read_text())
+    s1 = json.loads((tmp_path / "one" / resume.DONE).read_text())
+    s2 = json.loads((tmp_path / "two" / resume.DONE).read_text())
     assert (s1["processes"], s2["processes"]) == (1, 2)
     assert s1["global_batch"] == s2["global_batch"] == 4
     assert s1["steps"] == s2["steps"] == 2 * -(-n // 4)
     assert r2.stdout.count("next iteration: export MODEL_DIR=") == 1          # one process reports and writes
     assert "'loss'" not in r1.stdout + r2.stdout and "loss" in r1.stderr       # step logs go to stderr
-    assert len(json.loads((tmp_path / "two" / trl_sft.HISTORY).read_text())) == s2["steps"]
+    assert len(json.loads((tmp_path / "two" / resume.HISTORY).read_text())) == s2["steps"]
 
     hf = tmp_path / "two" / "hf"
     tok = AutoTokenizer.from_pretrained(hf)

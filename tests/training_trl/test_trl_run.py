@@ -12,7 +12,7 @@ import pytest
 from transformers import TrainerCallback
 
 from agent_r.settings import UsageError, run_cli
-from agent_r.training import trl_sft
+from agent_r.training import resume, trl_sft
 from tests.training_trl.conftest import quick
 
 
@@ -25,7 +25,7 @@ def test_eta_mixing_and_the_schedule_reach_trl(trl_export, general_file, tiny_mo
     samples = n_agent + round(0.5 * n_agent)            # every sample fits MAX_LENGTH=512
     steps = 2 * math.ceil(math.ceil(samples / 2) / 2)    # epochs x micro-batches / accumulation
     assert (stats["samples"], stats["steps"], stats["global_batch"]) == (samples, steps, 4)
-    history = json.loads((tmp_path / "run" / trl_sft.HISTORY).read_text())
+    history = json.loads((tmp_path / "run" / resume.HISTORY).read_text())
     lrs = [row["learning_rate"] for row in history]
     warm = math.ceil(0.25 * steps)
     assert len(lrs) == steps and lrs[0] == 0.0                     # warm-up starts at 0 ...
@@ -56,7 +56,7 @@ def test_a_killed_run_resumes_to_the_same_result_and_a_finished_one_is_not_redon
     whole = trl_sft.fine_tune(tiny_model_dir, files, str(tmp_path / "whole"), cfg)
 
     out = tmp_path / "killed"
-    key = trl_sft.run_key(tiny_model_dir, files, cfg)
+    key = resume.run_key(tiny_model_dir, files, cfg)
 
     def build():
         run = trl_sft.prepare(tiny_model_dir, files, str(out), cfg)
@@ -64,16 +64,16 @@ def test_a_killed_run_resumes_to_the_same_result_and_a_finished_one_is_not_redon
         return run
 
     with pytest.raises(KeyboardInterrupt):
-        trl_sft.train_once(out, key, build, cfg, {"trainer": "trl"})
+        resume.train_once(out, key, build, cfg, {"trainer": "trl"})
     assert sorted(p.name for p in (out / "trainer").glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]
-    assert not (out / "hf").exists() and not (out / trl_sft.DONE).exists()
+    assert not (out / "hf").exists() and not (out / resume.DONE).exists()
 
-    with caplog.at_level("INFO", logger="agent_r.training.trl_sft"):
+    with caplog.at_level("INFO", logger="agent_r.training.resume"):
         resumed = trl_sft.fine_tune(tiny_model_dir, files, str(out), cfg)
     assert f"resuming from {out / 'trainer' / 'checkpoint-6'}" in caplog.text
     assert resumed["steps"] == whole["steps"] > 6
-    history = json.loads((out / trl_sft.HISTORY).read_text())
-    want = json.loads((tmp_path / "whole" / trl_sft.HISTORY).read_text())
+    history = json.loads((out / resume.HISTORY).read_text())
+    want = json.loads((tmp_path / "whole" / resume.HISTORY).read_text())
     assert [r["step"] for r in history] == [r["step"] for r in want]
     assert [r["loss"] for r in history] == pytest.approx([r["loss"] for r in want], rel=1e-4)
 

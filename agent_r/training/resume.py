@@ -1,0 +1,205 @@
+"""A TRL fine-tuning run's folder: resume a run that was cut off, and never
+mix two runs.
+
+A fine-tune on GPUs runs for hours and is killed (a SLURM time limit, a
+pre-emption, Ctrl-C); rerunning the same command must continue from the last
+checkpoint under ``out/trainer`` rather than start over, and rerunning a
+finished one must return its stats without training again. A folder that
+holds a run with other inputs (model, data files by content, or any knob that
+changes the trained model) is refused rather than resumed into a mix.
+
+``train_once`` is that lifecycle for both TRL trainers (SFT in
+``trl_sft.py``, ETO's DPO in ``eto.py``): each builds its trainer (``Run``)
+and computes its ``run_key``; this module checks the key, resumes, trains,
+writes ``hf/`` (``save_hf``), ``loss_history.json`` and, last,
+``train_stats.json``. Every process of a multi-process run calls it; the main
+one (``is_main_process``) writes. The run's device and precision (``cuda``,
+``precision``) live here because the saved weights take the training
+precision.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from agent_r.io import atomic_write_json
+from agent_r.settings import UsageError
+from agent_r.training.cpu import COPIED_FILES
+
+if TYPE_CHECKING:   # the trainers' configs live with the trainers, which import this module
+    from agent_r.training.trl_sft import TrlConfig
+
+log = logging.getLogger(__name__)
+
+DONE = "train_stats.json"
+HISTORY = "loss_history.json"
+RUN_KEY = "run.json"
+# Settings that cannot change the trained model: a rerun may change them and still resume.
+NOT_IN_KEY = ("threads", "report_to", "save_steps", "save_total_limit", "logging_steps")
+
+
+@dataclass
+class Run:
+    """A built trainer and what the run reports about its data."""
+
+    trainer: Any
+    samples: int
+    tokens: int
+    out: Path
+    model_dir: str
+
+
+def cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def precision(cfg: TrlConfig) -> str:
+    if cfg.precision != "auto":
+        return cfg.precision
+    import torch
+
+    return "bf16" if cuda() and torch.cuda.is_bf16_supported() else "fp32"
+
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def save_hf(run: Run, cfg: TrlConfig) -> Path:
+    """``out/hf``: weights gathered from every process (ZeRO-3/FSDP too),
+    written by the main one beside ``hf`` and renamed; tokenizer files from
+    the source model; config keys transformers 4.x (XTuner) reads."""
+    import torch
+
+    trainer, out = run.trainer, run.out
+    state = trainer.accelerator.get_state_dict(trainer.model)     # every process must take part
+    hf, tmp = out / "hf", out / "hf.tmp"
+    if trainer.is_world_process_zero():
+        dtype_name = DTYPES[precision(cfg) if cfg.save_dtype == "auto" else cfg.save_dtype]
+        dtype = getattr(torch, dtype_name)
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        shutil.rmtree(tmp, ignore_errors=True)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
+        source = Path(run.model_dir)
+        for name in COPIED_FILES:
+            if (source / name).exists():
+                shutil.copy(source / name, tmp / name)
+        cfg_path = tmp / "config.json"
+        conf = json.loads(cfg_path.read_text(encoding="utf-8"))
+        rope = conf.get("rope_parameters") or {}
+        conf.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
+        conf["dtype"] = conf["torch_dtype"] = dtype_name
+        cfg_path.write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
+        shutil.rmtree(hf, ignore_errors=True)
+        tmp.rename(hf)
+    trainer.accelerator.wait_for_everyone()
+    return hf
+
+
+SFT_LOGGED = ("step", "epoch", "loss", "learning_rate", "grad_norm")
+
+
+def loss_history(log_history: list[dict], keep: tuple[str, ...] = SFT_LOGGED) -> list[dict]:
+    """One row per logged step: the loss, the learning rate the step used, the grad norm (and ``keep``)."""
+    return [{k: row[k] for k in keep if k in row} for row in log_history if "loss" in row]
+
+
+def file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run_key(model_dir: str, files: list[str], cfg: Any) -> dict:
+    """What decides the trained model: a rerun with another key must not resume this one."""
+    knobs = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_KEY}
+    data = [{"path": str(Path(p).resolve()), "sha256": file_digest(p)} for p in files if p and Path(p).is_file()]
+    return {"model_dir": str(Path(model_dir).resolve()), "data": data, "config": knobs}
+
+
+def check_resume(out: Path, key: dict) -> Optional[dict]:
+    """The finished run's stats, or None to (re)start; refuses a folder that holds another run."""
+    path = out / RUN_KEY
+    if not path.exists():
+        return None
+    held = json.loads(path.read_text(encoding="utf-8"))
+    if held != key:
+        diff = sorted(k for k in set(held.get("config", {})) | set(key["config"])
+                      if held.get("config", {}).get(k) != key["config"].get(k))
+        what = ", ".join(diff) or ("the data" if held.get("data") != key["data"] else "the model")
+        raise UsageError(f"--out {out} holds a run with other settings ({what}): pass another --out, or "
+                         "delete the folder to start over")
+    done = out / DONE
+    if done.exists() and (out / "hf" / "config.json").exists():
+        return json.loads(done.read_text(encoding="utf-8"))
+    return None
+
+
+def last_checkpoint(out: Path) -> Optional[str]:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = out / "trainer"
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def is_main_process() -> bool:
+    """Rank 0 (torchrun and accelerate set RANK). Read from the environment:
+    an accelerate state made before the trainer's would fix the wrong backend."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def mean(xs: list[float]) -> Optional[float]:
+    return round(sum(xs) / len(xs), 4) if xs else None
+
+
+def train_once(out: Path, key: dict, build: Callable[[], Run], cfg: Any, stats: dict,
+               logged: tuple[str, ...] = SFT_LOGGED) -> dict:
+    """Build, train (resuming from the last checkpoint), save ``out/hf``,
+    write the loss history and the stats (last); a finished run is returned
+    as it is. Every process runs this; the main one writes."""
+    started = time.time()
+    main = is_main_process()
+    finished = check_resume(out, key)
+    if finished is not None:
+        if main:
+            log.info("%s is finished (%s): not training again", out, DONE)
+        return finished
+    run = build()
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / RUN_KEY, key, indent=2)
+    resume = last_checkpoint(out)
+    if resume and main:
+        log.info("resuming from %s", resume)
+    result = run.trainer.train(resume_from_checkpoint=resume)
+    hf = save_hf(run, cfg)
+    history = loss_history(run.trainer.state.log_history, logged)
+    losses = [row["loss"] for row in history]
+    tenth = max(1, len(losses) // 10)
+    world = run.trainer.accelerator.num_processes
+    stats = {**stats, "samples": run.samples, "steps": run.trainer.state.global_step,
+             "tokens": run.tokens * cfg.epochs, "first_loss": mean(losses[:tenth]), "last_loss": mean(losses[-tenth:]),
+             "seconds": round(time.time() - started, 1), "train_runtime": round(result.metrics["train_runtime"], 2),
+             "processes": world, "global_batch": cfg.batch_size * cfg.accumulative_counts * world,
+             "hf": str(hf), "config": asdict(cfg)}
+    if main:
+        atomic_write_json(out / HISTORY, history, indent=1)
+        for ckpt in (out / "trainer").glob("checkpoint-*"):
+            shutil.rmtree(ckpt, ignore_errors=True)      # only a killed run needs them
+        atomic_write_json(out / DONE, stats, indent=2)
+        log.info("trained %s on %d samples: %d steps, loss %.3f -> %.3f", run.model_dir, run.samples,
+                 stats["steps"], stats["first_loss"], stats["last_loss"])
+    run.trainer.accelerator.wait_for_everyone()
+    return stats
+
