@@ -37,7 +37,12 @@ export ITERATIONS=${ITERATIONS:-3} ITERA=${ITERA:-8} N_GEN=${N_GEN:-4} MAX_DEPTH
 EXPLORATION_C=${EXPLORATION_C:-0.25}
 # pairs (the paper's): alpha 0.5, 0.7, 1.0 in iterations 1, 2, 3; beta 0.2
 export ALPHA=${ALPHA:-0.5,0.7,1.0} BETA=${BETA:-0.2}
-MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-0}   # 0 = every pair, as the reference
+# revision pairs kept per tree (a seeded sample; 0 = every pair, as the reference). With
+# every pair, 68 of the base model's depth-20 trees gave 7,438 pairs (24 trees with a
+# success, ~310 pairs each, all repeating those trees' few contexts): some 22,000 per
+# iteration, each judged step by step by the verifier and trained for 3 epochs, weeks on a
+# CPU, and a model that memorises where a few trees went wrong (docs/iterate.md).
+MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-4}
 # training (the paper's, but LR): 3 epochs then 1, 3% warm-up, cosine, batch 1 x 16,
 # general data at ETA 0.2. LR 1e-4 instead of 2e-5: the paper fine-tunes Llama-3.1-8B
 # at about 1/15 of its pretraining peak LR (3e-4); the tiny model was trained from
@@ -47,12 +52,16 @@ export BATCH_SIZE=${BATCH_SIZE:-1} ACCUMULATIVE_COUNTS=${ACCUMULATIVE_COUNTS:-16
 # the tiny model's sizes: prompts and training sequences of 2048 tokens, turns of <= 60
 export MAX_LENGTH=${MAX_LENGTH:-2048} MAX_TOKEN_LENGTH=${MAX_TOKEN_LENGTH:-2048}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}
-# evaluation (the paper's): greedy, 100 turns; revision task: 50 turns after the cut.
+# evaluation: greedy; 30 turns per episode and per revision-task continuation (the paper:
+# 100 and 50). The base model's successes end within 4 turns and its failures loop; past
+# turn ~35 the 2048-token window slides every turn and each turn re-reads it uncached,
+# which made 100-turn evals most of the run (docs/iterate.md). EVAL_MAX_STEPS=100
+# REVISE_MAX_STEPS=50 restores the paper's limits.
 # WAIT_REPLY=ok (with another NAME) answers the revision turn's `wait` with the
 # training samples' `ok.` instead of the env's reply (docs/evaluation.md).
 export EVAL_TEMP=${EVAL_TEMP:-0} WAIT_REPLY=${WAIT_REPLY:-env}
-EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-100}
-REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-50}
+EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-30}
+REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-30}
 CONCURRENCY=${CONCURRENCY:-32}
 HF_BATCH_SIZE=${HF_BATCH_SIZE:-32}
 export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
