@@ -2,6 +2,7 @@
 always strict (no NaN/Infinity), so any parser can read what we write."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -87,3 +88,13 @@ def read_json(path: str | os.PathLike) -> Any:
             return json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: corrupt JSON ({exc})") from None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """A file's content hash, read in 1 MiB blocks: what resume checks compare
+    (a tree's revision part, a fine-tune's data files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -18,7 +18,6 @@ when some tree still needs judging (``llm.LazyBackend``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from collections import Counter
@@ -29,7 +28,7 @@ from tqdm import tqdm
 
 from agent_r import paths, revision
 from agent_r.envs import get_env
-from agent_r.io import atomic_write_json, atomic_write_jsonl, read_json
+from agent_r.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json
 from agent_r.knobs import (VERIFIER_TEMPERATURE, BackendSettings, PairKnobs, PromptBudget, TaskChoice, Temperature,
                            max_new_tokens_setting, resolved_model_name)
 from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, make_backend
@@ -102,14 +101,6 @@ def find_trees(settings: PathSettings) -> list[tuple[int, Path]]:
     """(index, path) of the trees to read, in index order, from the folder
     ``paths.revision_input`` picks (UsageError when there is none)."""
     return paths.tree_files(paths.revision_input(settings))
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class PartCache:

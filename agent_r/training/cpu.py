@@ -225,13 +225,16 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
     return losses
 
 
-def save_model(model: Any, source: Path, out: Path) -> None:
-    """Weights and config from the model, the other files copied from
-    ``source``; written beside ``out`` and renamed, so ``out`` is complete or absent."""
+def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
+               dtype_name: str | None = None) -> None:
+    """Weights and config from the model (or ``state_dict``, e.g. gathered from
+    every process), the other files copied from ``source``; written beside
+    ``out`` and renamed, so ``out`` is complete or absent. Every trainer saves
+    through here, so every trained model loads in both transformers 5.x and
+    XTuner's 4.x."""
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.eval()
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
     for name in COPIED_FILES:
         if (source / name).exists():
             shutil.copy(source / name, tmp / name)
@@ -239,7 +242,10 @@ def save_model(model: Any, source: Path, out: Path) -> None:
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     rope = cfg.get("rope_parameters") or {}
     cfg.setdefault("rope_theta", rope.get("rope_theta", 10000.0))   # transformers 4.x (XTuner) reads these
-    cfg.setdefault("torch_dtype", cfg.get("dtype") or "float32")
+    if dtype_name:
+        cfg["dtype"] = cfg["torch_dtype"] = dtype_name
+    else:
+        cfg.setdefault("torch_dtype", cfg.get("dtype") or "float32")
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -266,6 +272,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = fit(model, steps, knobs, pad)
+    model.eval()
     save_model(model, Path(model_dir), Path(out_dir))
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,

@@ -19,7 +19,6 @@ precision.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -29,9 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from agent_r.io import atomic_write_json
+from agent_r.io import atomic_write_json, file_sha256
 from agent_r.settings import UsageError
-from agent_r.training.cpu import COPIED_FILES
+from agent_r.training.cpu import save_model
 
 if TYPE_CHECKING:   # the trainers' configs live with the trainers, which import this module
     from agent_r.training.trl_sft import TrlConfig
@@ -81,26 +80,12 @@ def save_hf(run: Run, cfg: TrlConfig) -> Path:
 
     trainer, out = run.trainer, run.out
     state = trainer.accelerator.get_state_dict(trainer.model)     # every process must take part
-    hf, tmp = out / "hf", out / "hf.tmp"
+    hf = out / "hf"
     if trainer.is_world_process_zero():
         dtype_name = DTYPES[precision(cfg) if cfg.save_dtype == "auto" else cfg.save_dtype]
         dtype = getattr(torch, dtype_name)
         state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-        shutil.rmtree(tmp, ignore_errors=True)
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-        source = Path(run.model_dir)
-        for name in COPIED_FILES:
-            if (source / name).exists():
-                shutil.copy(source / name, tmp / name)
-        cfg_path = tmp / "config.json"
-        conf = json.loads(cfg_path.read_text(encoding="utf-8"))
-        rope = conf.get("rope_parameters") or {}
-        conf.setdefault("rope_theta", rope.get("rope_theta", 10000.0))
-        conf["dtype"] = conf["torch_dtype"] = dtype_name
-        cfg_path.write_text(json.dumps(conf, indent=2) + "\n", encoding="utf-8")
-        shutil.rmtree(hf, ignore_errors=True)
-        tmp.rename(hf)
+        save_model(trainer.accelerator.unwrap_model(trainer.model), Path(run.model_dir), hf, state, dtype_name)
     trainer.accelerator.wait_for_everyone()
     return hf
 
@@ -113,18 +98,10 @@ def loss_history(log_history: list[dict], keep: tuple[str, ...] = SFT_LOGGED) ->
     return [{k: row[k] for k in keep if k in row} for row in log_history if "loss" in row]
 
 
-def file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def run_key(model_dir: str, files: list[str], cfg: Any) -> dict:
     """What decides the trained model: a rerun with another key must not resume this one."""
     knobs = {k: v for k, v in asdict(cfg).items() if k not in NOT_IN_KEY}
-    data = [{"path": str(Path(p).resolve()), "sha256": file_digest(p)} for p in files if p and Path(p).is_file()]
+    data = [{"path": str(Path(p).resolve()), "sha256": file_sha256(p)} for p in files if p and Path(p).is_file()]
     return {"model_dir": str(Path(model_dir).resolve()), "data": data, "config": knobs}
 
 
