@@ -25,6 +25,7 @@ to search tasks the model was taught.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import math
@@ -34,9 +35,9 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from tqdm import tqdm
 
 from agent_r.settings import UsageError, run_cli, setup_logging
+from agent_r.training.cpu import train_steps
 
 log = logging.getLogger("train_tiny_model")
 
@@ -397,21 +398,14 @@ def fit(cfg: TrainConfig, model, groups: list[list[Pack]], skips: list[int], pad
         return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     prefixes = [torch.tensor([packs[0].ids[:skip]], device=cfg.device) for packs, skip in zip(groups, skips)]
-    model.train()
-    stream, ema = batches(groups, cfg, rng), None
-    bar = tqdm(range(cfg.steps), desc="training")
-    for step in bar:
-        g, idxs = next(stream)
-        batch = collate(groups[g], idxs, pad_id, skips[g]).to(cfg.device)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        loss = batch_loss(model, prefixes[g], batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-        bar.set_postfix(loss=f"{ema:.3f}")
+    # one batch a step, its loss already a mean: (loss, 1) through the fine-tune's loop gives the same updates
+    steps = ([(g, collate(groups[g], idxs, pad_id, skips[g]).to(cfg.device))]
+             for g, idxs in itertools.islice(batches(groups, cfg, rng), cfg.steps))
+    losses = train_steps(model, steps, lambda item: (batch_loss(model, prefixes[item[0]], item[1]), 1), opt,
+                         lr_at, cfg.steps, "training")
+    ema = losses[0]
+    for loss in losses[1:]:
+        ema = 0.95 * ema + 0.05 * loss
     return ema
 
 

@@ -8,7 +8,9 @@ attention across samples, activation checkpointing, fp32 shims) and spends a
 minute starting up and converting each run (docs/iterate.md has the numbers),
 so ``iterate.py`` on a 2-core box could not fit a self-training iteration in
 minutes. This trainer stands in for it there; a cluster uses XTuner
-(``TRAINER=xtuner``).
+(``TRAINER=xtuner``). Its optimizer loop (``train_steps``) is also the one the
+bundled models are trained from scratch with (scripts/train_tiny_model.py);
+TRL took 1.5-2.4x its time per epoch on CPU (bench/RESULTS.md).
 
 What must not differ from XTuner is what is learned from which token. So each
 sample is encoded exactly as XTuner's ``openai_map_fn`` + ``llama3_chat``
@@ -39,7 +41,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from agent_r.export import XTUNER_TEMPLATE
 from agent_r.settings import UsageError
@@ -199,22 +201,27 @@ def plan_steps(data: list[Example], knobs: TrainKnobs, seed: int) -> list[list[l
     return [batches[i:i + k] for i in range(0, len(batches), k)]
 
 
-def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
-    """Runs the steps; returns each step's loss (mean per trained token)."""
+def train_steps(model: Any, steps: Iterable[list[Any]], loss_of: Callable[[Any], tuple[Any, int]], opt: Any,
+                lr_of: Callable[[int], float], total: int, desc: str) -> list[float]:
+    """The one optimizer loop of the in-process trainers (this fine-tune and
+    the bundled models' training from scratch, scripts/train_tiny_model.py):
+    per step set the LR, accumulate each batch's mean token loss divided by
+    the batches in the step (as mmengine accumulates), clip at 1, step.
+    ``loss_of(batch)`` gives (loss summed over ``tokens`` tokens, tokens).
+    Returns each step's loss."""
     import torch
     from tqdm import tqdm
 
-    opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
     model.train()
     losses = []
-    bar = tqdm(steps, desc="fine-tune (cpu)", unit="step")
+    bar = tqdm(steps, total=total, desc=desc, unit="step")
     for n, step in enumerate(bar):
         for group in opt.param_groups:
-            group["lr"] = lr_at(n, len(steps), knobs)
+            group["lr"] = lr_of(n)
         opt.zero_grad(set_to_none=True)
         step_loss = 0.0
-        for batch in step:   # as mmengine accumulates: each batch's mean loss / the batches in the step
-            loss, tokens = batch_loss(model, batch, pad_id)
+        for batch in step:
+            loss, tokens = loss_of(batch)
             mean = loss / max(tokens, 1)
             (mean / len(step)).backward()
             step_loss += mean.item() / len(step)
@@ -223,6 +230,16 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
         losses.append(step_loss)
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
     return losses
+
+
+def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
+    """Runs the fine-tune's steps (AdamW 0.9/0.999, no weight decay, XTuner's
+    schedule); returns each step's loss (mean per trained token)."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
+    return train_steps(model, steps, lambda batch: batch_loss(model, batch, pad_id), opt,
+                       lambda n: lr_at(n, len(steps), knobs), len(steps), "fine-tune (cpu)")
 
 
 def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,

@@ -114,3 +114,39 @@ def test_verifier_examples_are_path_collections_prompt_with_computed_labels():
     prompt, reply = row["messages"][:-1], row["messages"][-1]
     assert prompt == verifier.verifier_messages(task, [], "get 8 gold nugget", got, 1)   # no history to cut
     assert reply["loss"] is True and verifier.parse_judgement(reply["content"]) == verifier.GOOD
+
+
+def test_training_from_scratch_runs_through_the_fine_tunes_loop(tmp_path, monkeypatch):
+    """The bundled models are trained by the same optimizer loop as the
+    CPU fine-tune (agent_r.training.cpu.train_steps): a tiny from-scratch run
+    takes every step through it, its loss falls, and the saved folder loads
+    in transformers with the task list it was taught."""
+    import json
+
+    import scripts.train_tiny_model as tiny
+    from agent_r.training import cpu
+    from scripts.make_expert_data import make_rows
+
+    rows, problems = make_rows([131, 132, 133], variants=2, seed=0, instruction=load_instruction("textcraft"))
+    assert rows and not problems
+    data = tmp_path / "policy.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    calls = []
+
+    def counted(*args, **kwargs):
+        losses = cpu.train_steps(*args, **kwargs)
+        calls.append(losses)
+        return losses
+
+    monkeypatch.setattr(tiny, "train_steps", counted)
+    cfg = tiny.TrainConfig(data=str(data), out=str(tmp_path / "model"), threads=1, vocab_size=400, hidden=64,
+                           layers=1, intermediate=128, steps=30, batch_size=4, warmup=3)
+    stats = tiny.train(cfg)
+    [losses] = calls
+    assert len(losses) == 30
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.5
+    assert stats["final_loss_ema"] < losses[0]
+    model = LlamaForCausalLM.from_pretrained(tmp_path / "model")
+    assert model.config.hidden_size == 64
+    taught = json.loads((tmp_path / "model" / "training_tasks.json").read_text())
+    assert taught["policy"] == [131, 132, 133]
