@@ -17,7 +17,6 @@ data of iterations 1..k pooled, which cannot drift further from the base than
 one training run but costs k times the training.
 
   settings     IterateSettings: the loop's own settings, the stages' knob groups nested
-  layout       where a run's files go (runs/<name>/iter_<k>/...)
   models       the model each stage uses; one live backend at a time
   stages       done-markers; the search, data and eval stages
   train        which trainer; XTuner as a subprocess
@@ -27,6 +26,9 @@ one training run but costs k times the training.
   stats        paired comparisons (McNemar's exact test) and revision-turn counts
   results      results.json / .md / .png
   runner       the whole run (``run``)
+
+Where a run's files go (``Layout``, ``runs/<name>/iter_<k>/...``) is named in
+agent_r/paths.py with every other artefact.
 """
 from agent_r.loop.runner import LoopResult, run
 from agent_r.loop.settings import IterateSettings

@@ -15,7 +15,7 @@ from typing import Optional
 
 from agent_r import plots
 from agent_r.io import atomic_write_json, atomic_write_text
-from agent_r.loop.layout import RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
+from agent_r.paths import RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons
 from agent_r.settings import manifest_config

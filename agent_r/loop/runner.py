@@ -16,7 +16,7 @@ from agent_r.io import read_json
 from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
-from agent_r.loop.layout import BASE, Layout
+from agent_r.paths import BASE, Layout
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
 from agent_r.loop.settings import IterateSettings

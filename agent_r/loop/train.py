@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from agent_r.loop.layout import HF_DIR, XTUNER_DIR
+from agent_r.paths import HF_DIR, XTUNER_DIR
 from agent_r.loop.models import ModelPool
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.trl_stages import DPO_TRAINER, ETO, train_eto, train_trl

@@ -10,7 +10,7 @@ import pytest
 
 import iterate as iterate_script
 from agent_r.loop import IterateSettings
-from agent_r.loop.layout import BASE, Layout
+from agent_r.paths import BASE, Layout
 from agent_r.loop.models import Policy, policy
 from agent_r.loop.stages import search_settings
 from agent_r.settings import parse, run_cli

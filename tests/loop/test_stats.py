@@ -133,7 +133,7 @@ def test_comparisons_pair_every_model_with_the_base_and_agent_r_with_direct(tmp_
 
 
 def _write_results_repeatedly(folder: str, start, failures) -> None:
-    from agent_r.loop.layout import Layout
+    from agent_r.paths import Layout
     from agent_r.loop.results import write_results
 
     s = parse(IterateSettings, [], {"VARIANTS": "agent-r", "ITERATIONS": "1"})
