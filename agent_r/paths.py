@@ -254,12 +254,13 @@ def viewer_page(out_dir: str | Path, tree: str | Path) -> Path:
 #                                eto: its DPO pairs)
 #   iter_<k>/model/<variant>/    ``hf/`` (model_k), ``xtuner/`` with TRAINER=xtuner
 #   iter_<k>/eval/<variant>/     model_k's eval (eval.py's layout)
-#   results.json, results.md, results.png
+#   results.json, results.md, results.png, losses.png
 #
 # Every stage folder also gets a done-marker (agent_r/loop/stages.py).
 
 BASE = "base"   # the label of model_0 and of iteration 1's shared search
 RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "results.png"
+LOSSES_PNG = "losses.png"   # every fine-tune's training loss per step
 EXPORT_FILE = "train.json"
 HF_DIR, XTUNER_DIR = "hf", "xtuner"   # inside a model folder
 

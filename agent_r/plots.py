@@ -1,5 +1,5 @@
-"""Result plots as PNG files: iterate.py's results.png and ``eval.py
---compare ... --plot FILE``.
+"""Result plots as PNG files: iterate.py's results.png and losses.png and
+``eval.py --compare ... --plot FILE``.
 
 One home for figures so both share matplotlib's Agg backend (no display on a
 cluster node or in CI), the atomic write (a killed run never leaves half a
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,10 +27,15 @@ def _pyplot():
 
 
 def save(fig: Any, path: str | os.PathLike, numbers: Any) -> Path:
-    """Write ``fig`` to ``path`` atomically, with ``numbers`` as the PNG's description."""
+    """Write ``fig`` to ``path`` atomically, with ``numbers`` as the PNG's
+    description. The temporary file's name is this call's own: several
+    processes of one run (the loop's variants side by side) may draw the
+    same figure at once."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
+    os.close(fd)
+    tmp = Path(name)
     try:
         fig.savefig(tmp, dpi=100, metadata={"Description": json.dumps(numbers, sort_keys=True)})
         os.replace(tmp, path)
@@ -51,6 +57,22 @@ def iteration_lines(panels: dict[str, dict[str, list[tuple[int, float]]]], itera
         ax.set(title=title, xlabel="iteration", ylabel="test success %")
         ax.set_ylim(bottom=0)
         ax.set_xticks(range(iterations + 1))
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return save(fig, path, panels)
+
+
+def loss_curves(panels: dict[str, dict[str, list[float]]], path: str | os.PathLike) -> Path:
+    """One panel per fine-tune round (iteration): the training loss of every
+    logged optimizer step, one line per variant."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
+    for ax, (title, lines) in zip(axes[0], panels.items()):
+        for label, losses in lines.items():
+            ax.plot(range(1, len(losses) + 1), losses, label=label)
+        ax.set(title=title, xlabel="optimizer step", ylabel="training loss")
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()

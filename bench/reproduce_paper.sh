@@ -115,6 +115,7 @@ copy_results() {
   local dst
   dst=$(cd "$REPRO_OUT" && pwd)
   cp "$ROOT"/results.json "$ROOT"/results.md "$ROOT"/results.png "$SPLIT" "$dst"/
+  [ -f "$ROOT"/losses.png ] && cp "$ROOT"/losses.png "$dst"/
   (cd "$ROOT" && find . -maxdepth 1 -name 'search_tasks_*.json' -exec cp {} "$dst"/ \; &&
    find . -path '*/eval/*' -name summary.json -exec cp --parents {} "$dst"/ \;)
   echo "== results of iterations 0..$1 copied to $REPRO_OUT"

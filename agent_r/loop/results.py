@@ -1,21 +1,20 @@
 """The run's results files, rebuilt from the finished rows after every
 iteration of every variant: results.json (every row and the settings),
 results.md (the success table, the paired comparisons and per-iteration
-statistics) and results.png.
+statistics), results.png (test success) and losses.png (every fine-tune's
+training loss).
 
 The paired comparisons (agent_r/loop/stats.py) are derived from the rows'
 per-episode outcomes each time the files are written, so they always cover
 every finished row; in results.json each row carries them as ``paired``."""
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 from agent_r import plots
 from agent_r.io import atomic_write_json, atomic_write_text
-from agent_r.paths import RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
+from agent_r.paths import LOSSES_PNG, RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons
 from agent_r.settings import manifest_config
@@ -114,23 +113,26 @@ def _fmt(x: Optional[float]) -> str:
 
 def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     """results.png: test success % per iteration, one line per variant (each
-    starts at the base model), one panel per task plus the average. Drawn
-    under a name of this process's own, then renamed: several loop processes
-    of one run (bench/reproduce_paper.sh runs the variants side by side) may
-    write it at once, and plots.save's temporary name is the same for all."""
+    starts at the base model), one panel per task plus the average."""
     value = lambda r, t: average(r, "success_pct") if t == "average" else r["test"][t]["success_pct"]  # noqa: E731
     base = [r for r in rows if r["iteration"] == 0]
     panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, own = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    try:
-        plots.iteration_lines(panels, s.iterations, own)
-        os.replace(own, path)
-    finally:
-        Path(own).unlink(missing_ok=True)
+    plots.iteration_lines(panels, s.iterations, path)
+
+
+def write_loss_plot(rows: list[dict], path: Path) -> None:
+    """losses.png: every fine-tune's training loss per optimizer step, one
+    panel per iteration, one line per variant; not drawn before a fine-tune
+    has recorded its losses."""
+    panels: dict[str, dict[str, list[float]]] = {}
+    for r in sorted(rows, key=lambda r: r["iteration"]):
+        losses = (r.get("train") or {}).get("losses")
+        if losses:
+            panels.setdefault(f"iteration {r['iteration']}", {})[r["variant"]] = losses
+    if panels:
+        plots.loss_curves(panels, path)
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:
@@ -141,3 +143,4 @@ def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer:
         "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)})
     atomic_write_text(layout.results(RESULTS_MD), markdown(s, rows))
     write_plot(s, rows, layout.results(RESULTS_PNG))
+    write_loss_plot(rows, layout.results(LOSSES_PNG))

@@ -98,7 +98,7 @@ def train_xtuner(s: IterateSettings, start: str, data_files: list[str], out: Pat
     tenth = max(1, len(losses) // 10)
     return {"trainer": "xtuner", "steps": int(re.sub(r"\D", "", last) or 0),
             "first_loss": round(sum(losses[:tenth]) / tenth, 4) if losses else None,
-            "last_loss": round(sum(losses[-tenth:]) / tenth, 4) if losses else None}
+            "last_loss": round(sum(losses[-tenth:]) / tenth, 4) if losses else None, "losses": losses}
 
 
 def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, data_files: list[str],

@@ -295,6 +295,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
+             "losses": [round(x, 4) for x in losses],
              "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])

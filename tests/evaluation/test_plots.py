@@ -77,3 +77,24 @@ def test_iterate_results_png_comes_from_the_same_helper(tmp_path):
         panels = json.loads(image.text["Description"])
     assert panels["textcraft"]["agent-r"] == [[0, 10.0], [1, 30.0]]
     assert panels["average"]["direct"] == [[0, 15.0], [1, 20.0]] and set(panels) == {"textcraft", "sciworld", "average"}
+
+
+def test_losses_png_draws_every_fine_tunes_loss_per_iteration(tmp_path):
+    """losses.png: one panel per iteration, one line per variant, each the
+    fine-tune's per-step training loss; rows without recorded losses (the
+    base model, a fine-tune of an older run) draw nothing."""
+    from PIL import Image
+
+    from agent_r.loop import results
+
+    rows = [{"iteration": 0, "variant": "base"},
+            {"iteration": 2, "variant": "agent-r", "train": {"losses": [1.0, 0.5]}},
+            {"iteration": 1, "variant": "agent-r", "train": {"losses": [2.0, 1.5, 1.0]}},
+            {"iteration": 1, "variant": "good", "train": {"first_loss": 1.0}}]
+    results.write_loss_plot(rows, tmp_path / "losses.png")
+    with Image.open(tmp_path / "losses.png") as image:
+        panels = json.loads(image.text["Description"])
+    assert panels == {"iteration 1": {"agent-r": [2.0, 1.5, 1.0]}, "iteration 2": {"agent-r": [1.0, 0.5]}}
+    results.write_loss_plot(rows[:1], tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["losses.png"]   # no temporary file left

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from agent_r.llm import GenerationRequest, HFBackend, SamplingConfig
 from agent_r.loop import run
@@ -41,6 +42,10 @@ def test_two_iterations_end_to_end(undisturbed):
     assert [(r["iteration"], r["variant"]) for r in rows] == [
         (0, "base"), (1, "agent-r"), (1, "direct"), (1, "good"), (2, "agent-r"), (2, "direct"), (2, "good")]
     assert (undisturbed / "results.png").stat().st_size > 1000
+    with Image.open(undisturbed / "losses.png") as image:   # every fine-tune's loss per optimizer step
+        curves = json.loads(image.text["Description"])
+    assert sorted(curves) == ["iteration 1", "iteration 2"]
+    assert all(len(curves[f"iteration {r['iteration']}"][r["variant"]]) == r["train"]["steps"] for r in rows[1:])
     md = (undisturbed / "results.md").read_text()
     assert "| 2 | agent-r |" in md and "textcraft success %" in md
     # iteration 1 of every variant starts from the base model's one search
