@@ -52,8 +52,10 @@ def iteration_lines(panels: dict[str, dict[str, list[tuple[int, float]]]], itera
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (title, lines) in zip(axes[0], panels.items()):
-        for label, points in lines.items():
-            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
+        for i, (label, points) in enumerate(lines.items()):
+            # variants often tie: each its own marker, dash and size, so a line under another still shows
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="osD^v"[i % 5],
+                    linestyle=("-", "--", ":", "-.")[i % 4], markersize=9 - 1.5 * (i % 4), label=label)
         ax.set(title=title, xlabel="iteration", ylabel="test success %")
         ax.set_ylim(bottom=0)
         ax.set_xticks(range(iterations + 1))
