@@ -12,7 +12,9 @@ trainer and the loop's other knobs (3% warm-up, cosine, ``--epochs``,
 general data at ``--eta``), then measures each result as
 bench_revision_turn does: the revision turn's log-probability and greedy
 answers in the failed episodes of ``--episodes``, cut after ``--cut`` model
-turns. Prints a table; ``--out`` writes the numbers as JSON. The models go
+turns, and which part of the turn costs the log-probability: the first word
+(the choice to revise), the rest of the sentence (writing English) or the
+action. Prints a table; ``--out`` writes the numbers as JSON. The models go
 to ``--work_dir`` (reused when there: rerunning only measures).
 """
 from __future__ import annotations
@@ -72,11 +74,12 @@ def main() -> int:
             rows.append({"setting": f"LR {lr:g}, accumulation {acc}", "steps": stats["steps"],
                          "loss": f"{stats['first_loss']} -> {stats['last_loss']}", **measure(str(model), episodes)})
     print(f"contexts: {len(episodes)} failed episodes of {args.episodes}, cut after {args.cut} model turns\n")
-    print("| setting | optimizer steps | train loss | revision turn log-prob (mean) | any revision turn log-prob "
-          "(mean / max) | greedy revision turns |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| setting | optimizer steps | train loss | revision turn log-prob (mean) | of it: first word / rest of "
+          "the sentence / action | any revision turn log-prob (mean / max) | greedy revision turns |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['setting']} | {r['steps']} | {r['loss']} | {r['revision_turn_logprob_mean']} | "
+        parts = " / ".join(str(r["revision_turn_logprob_parts"][k]) for k in ("first_word", "sentence_rest", "action"))
+        print(f"| {r['setting']} | {r['steps']} | {r['loss']} | {r['revision_turn_logprob_mean']} | {parts} | "
               f"{r['revision_mass_logprob_mean']} / {r['revision_mass_logprob_max']} | "
               f"{r['greedy_revision_turns']} / {r['contexts']} |")
     if args.out:

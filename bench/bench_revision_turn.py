@@ -88,12 +88,20 @@ def token_counts(tok, episodes: list[list[dict]]) -> dict:
             "per_thought": rows}
 
 
-def turn_logprobs(model, tok, episodes: list[list[dict]]) -> list[list[float]]:
-    """log P(revision turn + <|eot_id|> | context), per context one value per thought."""
+PARTS = ("first_word", "sentence_rest", "action")
+
+
+def turn_logprobs(model, tok, episodes: list[list[dict]]) -> tuple[list[list[float]], dict[str, float]]:
+    """log P(revision turn + <|eot_id|> | context), per context one value per
+    thought; and the mean log-probability of each part of the turn: the
+    thought's first word (the choice to revise), the rest of the sentence
+    (writing it) and "\\nAction: wait" with <|eot_id|>. Parts are split where
+    the tokens of "Thought: <first word>" and "Thought: <thought>" end."""
     import torch
 
     eot = tok.convert_tokens_to_ids("<|eot_id|>")
     out = []
+    parts = {k: 0.0 for k in PARTS}
     with torch.no_grad():
         for messages in episodes:
             context = tok(chat_prompt(tok, messages), add_special_tokens=False)["input_ids"]
@@ -102,10 +110,17 @@ def turn_logprobs(model, tok, episodes: list[list[dict]]) -> list[list[float]]:
                 turn = tok(revision_turn(thought), add_special_tokens=False)["input_ids"] + [eot]
                 ids = torch.tensor([context + turn])
                 logits = model(input_ids=ids).logits[0, len(context) - 1:-1]
-                logp = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(turn).unsqueeze(1))
+                logp = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(turn).unsqueeze(1))[:, 0]
                 row.append(logp.sum().item())
+                opening = len(tok("Thought:", add_special_tokens=False)["input_ids"])
+                word = len(tok(f"Thought: {thought.split()[0]}", add_special_tokens=False)["input_ids"])
+                sentence = len(tok(f"Thought: {thought}", add_special_tokens=False)["input_ids"])
+                parts["first_word"] += logp[opening:word].sum().item()
+                parts["sentence_rest"] += logp[word:sentence].sum().item()
+                parts["action"] += logp[sentence:].sum().item()
             out.append(row)
-    return out
+    n = max(1, len(episodes) * len(REVISION_THOUGHTS))
+    return out, {k: round(v / n, 2) for k, v in parts.items()}
 
 
 def greedy_revisions(model, tok, episodes: list[list[dict]], max_new_tokens: int = 60) -> int:
@@ -132,7 +147,7 @@ def measure(model_dir: str, episodes: list[list[dict]]) -> dict:
 
     tok = load_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    rows = turn_logprobs(model, tok, episodes)
+    rows, parts = turn_logprobs(model, tok, episodes)
     logps = [x for row in rows for x in row]
     mass = [torch.logsumexp(torch.tensor(row), 0).item() for row in rows]
     turn_tokens = [len(tok(revision_turn(t), add_special_tokens=False)["input_ids"]) + 1 for t in REVISION_THOUGHTS]
@@ -141,6 +156,7 @@ def measure(model_dir: str, episodes: list[list[dict]]) -> dict:
             "revision_turn_logprob_min": round(min(logps), 2), "revision_turn_logprob_max": round(max(logps), 2),
             "revision_mass_logprob_mean": round(statistics.mean(mass), 2),
             "revision_mass_logprob_max": round(max(mass), 2),
+            "revision_turn_logprob_parts": parts,
             "greedy_revision_turns": greedy_revisions(model, tok, episodes),
             "revision_turn_tokens_mean": round(statistics.mean(turn_tokens), 2),
             "contexts": len(episodes), "samples": len(logps)}
@@ -152,7 +168,8 @@ def report(r: dict) -> str:
             f"{t['ordinary_same_length_mean']}); revision turn ({r['revision_turn_tokens_mean']} tokens) log-prob: "
             f"mean {r['revision_turn_logprob_mean']} (min {r['revision_turn_logprob_min']}, "
             f"max {r['revision_turn_logprob_max']}) over {r['samples']} (context, thought) pairs; any revision "
-            f"turn: log-prob mean {r['revision_mass_logprob_mean']} (max {r['revision_mass_logprob_max']}); "
+            f"turn: log-prob mean {r['revision_mass_logprob_mean']} (max {r['revision_mass_logprob_max']}); parts "
+            f"{r['revision_turn_logprob_parts']}; "
             f"greedy turn a revision in {r['greedy_revision_turns']} of {r['contexts']} contexts")
 
 
