@@ -26,7 +26,7 @@ from pathlib import Path
 from agent_r.io import atomic_write_json
 from agent_r.training.cpu import fine_tune
 from agent_r.training.settings import TrainKnobs
-from bench.bench_revision_turn import failed_episodes, measure
+from bench.bench_revision_turn import contexts, measure
 
 MODELS = "models/textcraft-base"
 
@@ -61,12 +61,7 @@ def main() -> int:
     parser.add_argument("--work_dir", default="work_dirs/bench_revision_training")
     parser.add_argument("--out", default=None, help="write the numbers here as JSON")
     args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    episodes = failed_episodes(Path(args.episodes), args.limit, args.cut)
-    if not episodes:
-        raise SystemExit(f"{args.episodes}: no failed episode to use as a context")
+    episodes = contexts(args)
     rows = [{"setting": "base", "steps": 0, "loss": "-", **measure(args.model_dir, episodes)}]
     for lr in args.lr:
         for acc in args.accumulative_counts:

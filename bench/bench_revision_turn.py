@@ -68,6 +68,17 @@ def thought_of(turn: str) -> str:
     return turn.split("\nAction:", 1)[0].strip()
 
 
+def contexts(args) -> list[list[dict]]:
+    """The CLI's contexts (``--episodes --limit --cut``), with torch on ``--threads``."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    episodes = failed_episodes(Path(args.episodes), args.limit, args.cut)
+    if not episodes:
+        raise SystemExit(f"{args.episodes}: no failed episode to use as a context")
+    return episodes
+
+
 def token_counts(tok, episodes: list[list[dict]]) -> dict:
     """Tokens of each revision thought vs the mean of the episodes' own thoughts of about its length."""
     def n(text: str) -> int:
@@ -183,12 +194,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None, help="write the numbers here as JSON")
     args = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    episodes = failed_episodes(Path(args.episodes), args.limit, args.cut)
-    if not episodes:
-        raise SystemExit(f"{args.episodes}: no failed episode to use as a context")
+    episodes = contexts(args)
     results = [measure(d, episodes) for d in args.model_dir]
     for r in results:
         print(report(r))
