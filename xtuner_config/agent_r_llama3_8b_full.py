@@ -50,7 +50,13 @@ except ModuleNotFoundError as _missing:
                               "which does") from None
 
 pretrained_model_name_or_path = _s.model_dir
-prompt_template = PROMPT_TEMPLATE.llama3_chat  # the export counts tokens with a copy (agent_r.export)
+# The model's own chat format: PROMPT_TEMPLATE=auto (the default) picks XTuner's
+# template from the model's chat template (llama3_chat for Llama-3, qwen_chat
+# for ChatML models such as Qwen2.x and SmolLM2, mistral, gemma); the export
+# counts tokens in the same format (agent_r.llm.chat.ChatFormat).
+if not hasattr(__import__("xtuner.utils", fromlist=["PROMPT_TEMPLATE"]).PROMPT_TEMPLATE, _s.prompt_template):
+    raise ValueError(f"PROMPT_TEMPLATE={_s.prompt_template} is not a template in xtuner.utils.PROMPT_TEMPLATE")
+prompt_template = getattr(PROMPT_TEMPLATE, _s.prompt_template)
 # XTuner cuts a longer sample from its end (the trained part of a revision
 # sample): `path_collection.py export --tokenizer ...` fits samples to it first.
 max_length = _s.max_length

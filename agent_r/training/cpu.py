@@ -1,6 +1,6 @@
 """The in-process trainer (``TRAINER=cpu``): a small full fine-tuning loop for
 tiny models, reading the same exported XTuner JSON as XTuner's config and
-encoding it the way XTuner does.
+encoding it in the model's own chat format, as XTuner does.
 
 Why it exists: XTuner on CPU trains the bundled 3M-parameter model about five
 times slower per token than a plain loop (packed 2048-token sequences with
@@ -12,16 +12,18 @@ minutes. This trainer stands in for it there; a cluster uses XTuner
 bundled models are trained from scratch with (scripts/train_tiny_model.py);
 TRL took 1.5-2.4x its time per epoch on CPU (bench/RESULTS.md).
 
-What must not differ from XTuner is what is learned from which token. So each
-sample is encoded exactly as XTuner's ``openai_map_fn`` + ``llama3_chat``
-template + ``encode_fn`` do (tests/training/test_cpu_trainer.py compares the
-token ids and labels with XTuner's on the same samples): consecutive user
-messages are joined, each assistant message closes a turn, the turn's
-system/user text is never trained, the assistant text and its ``<|eot_id|>``
-are trained exactly when the message's ``loss`` is true, one BOS starts the
-sample, a sample is cut at ``max_length``, samples with nothing to train are
-dropped. The rows (agent samples plus general data at ETA) come from the same
-function XTuner's config uses (``agent_r.training.data.training_records``).
+What must not differ from inference or from XTuner is what is learned from
+which token. Each sample is encoded in the model's own chat format
+(``agent_r.llm.chat.ChatFormat``, read from its chat template): the tokens
+before a trained turn are the prompt inference gives that history, the
+assistant text and the model's own end-of-turn token are trained exactly when
+the message's ``loss`` is true, system/user text never is, a sample is cut at
+``max_length``, samples with nothing to train are dropped. For a Llama-3 or
+ChatML model this is token for token what XTuner's ``openai_map_fn`` +
+``llama3_chat``/``qwen_chat`` + ``encode_fn`` build (tests/training/
+test_cpu_trainer.py and tests/training/test_chat_formats.py compare them). The
+rows (agent samples plus general data at ETA) come from the same function
+XTuner's config uses (``agent_r.training.data.training_records``).
 
 Steps mirror XTuner's packed steps: one step takes shuffled samples up to
 ``max_length x batch_size`` tokens (a "packed" batch, here without attention
@@ -43,56 +45,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agent_r.export import XTUNER_TEMPLATE
+from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.settings import UsageError
 from agent_r.training.data import training_records
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
 # Files of a model directory that are not weights or config: copied verbatim, so
 # tokenizer files stay in the form transformers 4.48 (XTuner) reads too.
 COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                 "chat_template.jinja")
-
-
-# --------------------------------------------------------------------------- encoding (XTuner's rules)
-
-def xtuner_turns(messages: list[dict]) -> list[tuple[str, str, bool]]:
-    """(templated input, templated output, trained?) per assistant message,
-    as openai_map_fn + template_map_fn build them. Leading assistant messages
-    are skipped; text after the last assistant message is dropped."""
-    while messages and messages[0]["role"] == "assistant":
-        messages = messages[1:]
-    turns, system, user = [], "", ""
-    for m in messages:
-        if m["role"] == "system":
-            system = m["content"]
-        elif m["role"] == "user":
-            user += m["content"]
-        elif m["role"] == "assistant":
-            text = XTUNER_TEMPLATE["INSTRUCTION"].format(input=user)
-            if system:
-                text = XTUNER_TEMPLATE["SYSTEM"].format(system=system) + text
-            trained = str(m.get("loss", "True")).lower() == "true"
-            turns.append((text, m["content"] + XTUNER_TEMPLATE["SUFFIX"], trained))
-            system, user = "", ""
-        else:
-            raise UsageError(f"a message has role {m['role']!r}: only system, user and assistant can be trained")
-    return turns
-
-
-def encode(messages: list[dict], tokenizer: Any, max_length: int) -> tuple[list[int], list[int]]:
-    """(input_ids, labels) of one sample, as XTuner's encode_fn makes them."""
-    ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    labels = [IGNORE] * len(ids)
-    for text, output, trained in xtuner_turns(messages):
-        inp = tokenizer.encode(text, add_special_tokens=False)
-        out = tokenizer.encode(output, add_special_tokens=False)
-        ids += inp + out
-        labels += [IGNORE] * len(inp) + (out if trained else [IGNORE] * len(out))
-    return ids[:max_length], labels[:max_length]
 
 
 @dataclass
@@ -105,10 +68,12 @@ class Example:
 
 
 def examples(records: list[dict], tokenizer: Any, max_length: int) -> list[Example]:
-    """The samples XTuner would train on, in order, encoded as it does."""
+    """The samples to train on, in order, in the model's own chat format
+    (``ChatFormat``); those with nothing to train are dropped, as XTuner does."""
+    fmt = ChatFormat(tokenizer)
     out = []
     for r in records:
-        ids, labels = encode(r["messages"], tokenizer, max_length)
+        ids, labels = fmt.encode(r["messages"], max_length)
         if any(y != IGNORE for y in labels):   # XTuner drops samples with nothing to train
             users = [m["content"] for m in r["messages"] if m["role"] in ("system", "user")]
             out.append(Example(ids, labels, "\n".join(users[:2])))
