@@ -32,6 +32,12 @@ weight decay), gradient clip 1, linear warm-up from 1e-5 x LR over
 ``warmup_ratio`` of the steps, then cosine to 0. Samples of a batch share
 their system prompt and instruction, which is run once per batch (the prefix
 cache), so a step costs little more than its trained tokens.
+
+Precision: a model saved in bfloat16 (SmolLM2) trains under bf16 autocast on
+a CPU with native bf16 (AMX or AVX512-BF16), with fp32 master weights,
+gradients and AdamW state, and is saved in bfloat16 again; measured half the
+time per step of fp32 (bench/RESULTS.md). Every other model trains and is
+saved in fp32 as before.
 """
 from __future__ import annotations
 
@@ -46,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from agent_r.llm.chat import IGNORE, ChatFormat
+from agent_r.llm.model_files import cpu_bf16_native, model_dtype
 from agent_r.settings import UsageError
 from agent_r.training.data import training_records
 from agent_r.training.settings import TrainKnobs
@@ -197,14 +204,23 @@ def train_steps(model: Any, steps: Iterable[list[Any]], loss_of: Callable[[Any],
     return losses
 
 
-def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
+def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int,
+        bf16_autocast: bool = False) -> list[float]:
     """Runs the fine-tune's steps (AdamW 0.9/0.999, no weight decay, XTuner's
-    schedule); returns each step's loss (mean per trained token)."""
+    schedule); returns each step's loss (mean per trained token).
+    ``bf16_autocast``: forward passes run under CPU bf16 autocast (matmuls in
+    bf16, losses and norms in fp32, torch's autocast lists); the weights the
+    optimizer updates stay fp32, so small updates are not rounded away."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
-    return train_steps(model, steps, lambda batch: batch_loss(model, batch, pad_id), opt,
-                       lambda n: lr_at(n, len(steps), knobs), len(steps), "fine-tune (cpu)")
+
+    def loss_of(batch: list[Example]) -> tuple[Any, int]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+            return batch_loss(model, batch, pad_id)
+
+    return train_steps(model, steps, loss_of, opt, lambda n: lr_at(n, len(steps), knobs), len(steps),
+                       "fine-tune (cpu, bf16 autocast)" if bf16_autocast else "fine-tune (cpu)")
 
 
 def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
@@ -234,10 +250,12 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
 
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
-              threads: int = 0) -> dict:
+              threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native) -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
-    at ETA); write the model to ``out_dir`` (a Hugging Face directory);
-    return the run's statistics. ``threads`` 0 = torch's default."""
+    at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
+    model's own dtype; return the run's statistics. ``threads`` 0 = torch's
+    default. A bf16 model trains under bf16 autocast where ``cpu_bf16`` says
+    the CPU has native bf16 (module docstring)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -250,17 +268,21 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     data = examples(records, tokenizer, knobs.max_length)
     if not data:
         raise UsageError(f"{', '.join(data_files)}: no sample has a trained token")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    own = model_dtype(model_dir) or "float32"
+    autocast = own == "bfloat16" and cpu_bf16()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)   # fp32 master weights
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    losses = fit(model, steps, knobs, pad)
+    losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
     model.eval()
-    save_model(model, Path(model_dir), Path(out_dir))
+    saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
+    save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir), dtype_name=saved)
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
              "losses": [round(x, 4) for x in losses],
+             "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
              "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])
