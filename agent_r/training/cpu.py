@@ -250,12 +250,16 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
 
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
-              threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native) -> dict:
+              threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
+              adapter_dir: str | None = None) -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
     at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
     model's own dtype; return the run's statistics. ``threads`` 0 = torch's
     default. A bf16 model trains under bf16 autocast where ``cpu_bf16`` says
-    the CPU has native bf16 (module docstring)."""
+    the CPU has native bf16 (module docstring). With ``lora``
+    (``agent_r.training.adapter.Lora``) only a low-rank adapter trains; it is
+    written to ``adapter_dir`` and merged into the model written to
+    ``out_dir`` by ``apply_adapter``, the way a fresh clone rebuilds it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -271,19 +275,33 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     own = model_dtype(model_dir) or "float32"
     autocast = own == "bfloat16" and cpu_bf16()
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)   # fp32 master weights
+    if lora is not None and not adapter_dir:
+        raise UsageError("LoRA training needs the folder its adapter goes to (adapter_dir)")
+    wrapped = lora.wrap(model) if lora is not None else None
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
     model.eval()
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
-    save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir), dtype_name=saved)
+    extra: dict = {}
+    if wrapped is not None:
+        from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
+
+        record = {**lora_record(lora), "base": str(model_dir), "data_files": [str(f) for f in data_files]}
+        save_adapter(wrapped, Path(adapter_dir), record)
+        record_checksum(Path(adapter_dir), apply_adapter(model_dir, adapter_dir, out_dir))
+        extra = {"adapter": str(adapter_dir), "trainable_parameters": sum(
+            p.numel() for p in wrapped.parameters() if p.requires_grad)}
+    else:
+        save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir),
+                   dtype_name=saved)
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
              "losses": [round(x, 4) for x in losses],
              "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
-             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
+             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}, **extra}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])
     return stats

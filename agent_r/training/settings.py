@@ -118,8 +118,12 @@ class TrainSettings(ModelDir, TrainKnobs, TrainSeed, Checkpoints):
         if not (self.model_dir and self.model_dir.strip()):
             self.model_dir = str(BUNDLED_MODEL_DIR)
         self.epochs = int(self.epochs)   # one run: a per-iteration list's first value, as a plain int
-        if self.prompt_template == "auto":
-            self.prompt_template = xtuner_template_for(self.model_dir)
+
+    def xtuner_template(self) -> str:
+        """PROMPT_TEMPLATE, ``auto`` resolved from the model folder (asked
+        only by the XTuner config, so other readers of these settings need no
+        local model)."""
+        return xtuner_template_for(self.model_dir) if self.prompt_template == "auto" else self.prompt_template
 
 
 # XTuner's template for each chat format, told apart by the format's own turn
@@ -148,6 +152,10 @@ def model_chat_template(model_dir: str) -> str:
 
 def xtuner_template_for(model_dir: str) -> str:
     """The XTuner PROMPT_TEMPLATE name that writes the model's chat format."""
+    if not Path(model_dir).is_dir():
+        raise UsageError(f"MODEL_DIR={model_dir} is not a local folder, so its chat template cannot be read: set "
+                         "PROMPT_TEMPLATE to the xtuner.utils.PROMPT_TEMPLATE name that writes its chat format "
+                         "(e.g. llama3_chat, qwen_chat, mistral, gemma)")
     template = model_chat_template(model_dir)
     for marker, name in XTUNER_TEMPLATES:
         if marker in template:

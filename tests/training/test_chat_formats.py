@@ -19,7 +19,7 @@ from agent_r.llm.chat import IGNORE, ChatFormat, chat_prompt
 from agent_r.settings import UsageError
 from agent_r.training import cpu, eto, trl_sft
 from agent_r.training.data import training_records
-from agent_r.training.settings import TrainKnobs, xtuner_template_for
+from agent_r.training.settings import TrainKnobs, TrainSettings, xtuner_template_for
 from tests.support.chat_families import FAMILIES, build_family_model
 from tests.training.conftest import ROOT, TRAIN_VENV, run_train_env
 from tests.training.samples import export_samples
@@ -148,6 +148,9 @@ def test_xtuner_gets_the_template_of_the_models_format(tmp_path, family_model):
     (Path(other) / "chat_template.jinja").write_text("{% for m in messages %}### {{ m['content'] }}{% endfor %}")
     with pytest.raises(UsageError, match="not matched to: set PROMPT_TEMPLATE"):
         xtuner_template_for(other)
+    with pytest.raises(UsageError, match="org/model is not a local folder.*set PROMPT_TEMPLATE"):
+        xtuner_template_for("org/model")
+    assert TrainSettings(model_dir="org/model", prompt_template="mistral").xtuner_template() == "mistral"
 
 
 XTUNER_BUILD = ("import json, sys\nfrom mmengine.config import Config\nfrom xtuner.registry import BUILDER\n"
