@@ -138,8 +138,8 @@ def cpu_bf16_native() -> bool:
 
 def cpu_auto_dtype(model_dir: str, bf16_native: Callable[[], bool] = cpu_bf16_native) -> str:
     """``--dtype auto`` on a CPU: bfloat16 for a model saved in bfloat16 on a
-    CPU with native bf16 (SmolLM2 on this box: vLLM 3.3x the samples/s of
-    fp32, docs/backends.md), float32 for everything else. fp32 weights stay
+    CPU with native bf16 (SmolLM2 on the dev box: vLLM 3.4x the samples/s of
+    fp32, hf 2.5x, docs/backends.md), float32 for everything else. fp32 weights stay
     fp32: bf16 changed 32 of the bundled model's 100 greedy test episodes,
     and a model trained in fp32 gains nothing it was not trained for."""
     return "bfloat16" if model_dtype(model_dir) == "bfloat16" and bf16_native() else "float32"
