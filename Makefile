@@ -79,10 +79,11 @@ check-install-sets: setup
 FLOORS_VENV ?= .venv-floors
 FLOOR_TESTS ?= tests/install/test_floors.py tests/backends tests/training/test_cpu_trainer.py \
 	tests/training/test_general_data.py tests/training/test_bundled_model_training.py tests/training/test_tied_weights.py \
-	tests/training_trl tests/loop/test_trl_eto.py tests/loop/test_rows.py
+	tests/training_trl tests/loop/test_trl_eto.py tests/loop/test_rows.py tests/loop/test_export_stage.py
 .PHONY: check-floors
 
-check-floors:
+# setup-train: the CPU trainer's and the tied-weights tests compare with XTuner in .venv-train
+check-floors: setup-train
 	rm -rf $(FLOORS_VENV)
 	$(PYTHON) -m venv $(FLOORS_VENV)
 	$(FLOORS_VENV)/bin/pip install -q --upgrade pip
