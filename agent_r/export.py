@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from agent_r.conversation import HEAD_LEN
 from agent_r.io import atomic_write_json
+from agent_r.llm.chat import ChatFormat
 from agent_r.settings import UsageError, parse, setting
 from agent_r.training.settings import DEFAULT_MAX_LENGTH, SequenceLength  # noqa: F401 - re-exported
 
@@ -55,10 +56,13 @@ def read_rows(paths: list[str]) -> tuple[list[dict], list[dict]]:
 
 def xtuner_messages(messages: list[dict]) -> list[dict]:
     """role/content only, plus an explicit boolean ``loss`` on every assistant
-    message (absent means trained, as openai_map_fn reads it)."""
+    message (absent means trained, as openai_map_fn reads it). Contents are
+    stripped, as the conversation stores them now (older trees kept
+    "Inventory: "): a Llama-3 template trims message text and XTuner's
+    templates do not, so only stripped text trains the same everywhere."""
     out = []
     for m in messages:
-        msg = {"role": m["role"], "content": m["content"]}
+        msg = {"role": m["role"], "content": m["content"].strip()}
         if m["role"] == "assistant":
             loss = m.get("loss", True)
             msg["loss"] = loss.strip().lower() == "true" if isinstance(loss, str) else bool(loss)
@@ -78,66 +82,25 @@ def xtuner_samples(revisions: list[dict], goods: list[dict], good_ratio: float, 
     return samples
 
 
-# ---- training length: what XTuner will see --------------------------------
+# ---- training length: what the trainer will see ----------------------------
 # XTuner cuts a tokenized sample at max_length from the END, which is exactly
 # the trained part of a revision sample (the revision turn and the good path),
 # and then silently drops samples left without labels. So the export counts
-# tokens the way XTuner encodes them and fits long samples itself.
+# tokens the way every trainer encodes them (the model's own chat format,
+# agent_r.llm.chat.ChatFormat) and fits long samples itself;
+# tests/export/test_length.py checks the counts against XTuner's own code.
 
-# XTuner's llama3_chat (xtuner.utils.PROMPT_TEMPLATE.llama3_chat), the template
-# xtuner_config/agent_r_llama3_8b_full.py trains with; tests/export/test_length.py
-# checks this copy and the counts against XTuner's own code.
-XTUNER_TEMPLATE = {
-    "SYSTEM": "<|start_header_id|>system<|end_header_id|>\n\n{system}<|eot_id|>",
-    "INSTRUCTION": "<|start_header_id|>user<|end_header_id|>\n\n{input}<|eot_id|>"
-                   "<|start_header_id|>assistant<|end_header_id|>\n\n",
-    "SUFFIX": "<|eot_id|>",
-}
-
-
-class XTunerLength:
-    """Tokens of one ``{"messages"}`` sample as XTuner encodes it: openai_map_fn
-    turns (system/user text before each assistant message), llama3_chat, then
-    encode_fn (one BOS, each turn's prompt and answer + <|eot_id|> tokenized
-    apart; llama3_chat's eot is the EOS, so no further BOS)."""
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-        self.bos = 0 if getattr(tokenizer, "bos_token_id", None) is None else 1
-        self._cache: dict[str, int] = {}
-
-    def _tokens(self, text: str) -> int:
-        if text not in self._cache:
-            self._cache[text] = len(self.tokenizer.encode(text, add_special_tokens=False))
-        return self._cache[text]
-
-    def __call__(self, messages: list[dict]) -> int:
-        total, system, prompt = self.bos, "", ""
-        i = 0
-        while i < len(messages) and messages[i]["role"] == "assistant":
-            i += 1                                  # openai_map_fn skips leading assistant messages
-        for m in messages[i:]:
-            if m["role"] == "system":
-                system = m["content"]
-            elif m["role"] == "user":
-                prompt += m["content"]
-            else:
-                head = XTUNER_TEMPLATE["SYSTEM"].format(system=system) if system else ""
-                total += self._tokens(head + XTUNER_TEMPLATE["INSTRUCTION"].format(input=prompt))
-                total += self._tokens(m["content"] + XTUNER_TEMPLATE["SUFFIX"])
-                system, prompt = "", ""
-        return total
-
-
-def load_length_counter(tokenizer_dir: str) -> XTunerLength:
+def load_length_counter(tokenizer_dir: str) -> Callable[[list[dict]], int]:
+    """Tokens of one ``{"messages"}`` sample as the trainers encode it."""
     try:
         from transformers import AutoTokenizer
 
-        return XTunerLength(AutoTokenizer.from_pretrained(tokenizer_dir))
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     except (OSError, ValueError) as exc:
         why = (str(exc).splitlines() or [""])[0]
         raise UsageError(f"--tokenizer {tokenizer_dir}: cannot load a tokenizer ({type(exc).__name__}: {why}); "
                          "pass the model directory you train") from None
+    return ChatFormat(tokenizer).length
 
 
 def shorten_history(messages: list[dict], max_length: int, count: Callable[[list[dict]], int]
@@ -301,7 +264,7 @@ class ExportSettings(SequenceLength):
     layout: str = setting("eto", choices=("eto", "trl"), help="dpo: the record layout, eto or trl (default eto)")
     seed: int = setting(0, help="the seed of the good-sample choice and the shuffle (default 0)")
     tokenizer: str | None = setting(None, help="xtuner: the model directory whose tokenizer counts each sample's "
-                                    "tokens as XTuner encodes them (llama3_chat); samples over --max_length are "
+                                    "tokens as the trainers encode them (its own chat format); samples over --max_length are "
                                     "shortened from their untrained history or left out, and counted (default: "
                                     "no length check)")
 

@@ -94,9 +94,10 @@ class BackendSettings(ModelDir):
                                      "the openai backend (default: the last part of MODEL_DIR)")
     instruction_file: str | None = setting(None, env="AGENTENV_INSTRUCTION_FILE", flag=None,
                                            help="a file whose text replaces the bundled env instruction")
-    dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (hf: bf16 on GPU, fp32 on CPU; vllm: its "
-                         "own auto on GPU, the model's dtype, bf16 for fp32 weights; fp32 on CPU), bfloat16, float16, float32 "
-                         "(default auto)", choices=("auto", "bfloat16", "float16", "float32"))
+    dtype: str = setting("auto", help="weights dtype for hf/vllm: auto (GPU: hf bf16, vllm its own auto, the "
+                         "model's dtype with fp32 weights as bf16; CPU: bf16 for a model saved in bf16 where the CPU "
+                         "has native bf16 (AMX or AVX512-BF16), else fp32), bfloat16, float16, float32 (default auto)",
+                         choices=("auto", "bfloat16", "float16", "float32"))
     tensor_parallel_size: int = setting(1, minimum=1, help="vllm: GPUs one model is split over (default 1)")
     gpu_memory_utilization: float = setting(0.9, minimum=0.05, help="vllm: fraction of GPU memory the engine "
                                             "may take (default 0.9)")

@@ -19,17 +19,31 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Optional, Protocol
 
 from agent_r.envs import get_env
 from agent_r.knobs import BackendSettings, resolved_model_name
 from agent_r.llm import BUNDLED_MODEL
 from agent_r.settings import UsageError
 
-if TYPE_CHECKING:   # the settings live with their runs, which import this module
-    from agent_r.evaluation import EvalSettings
-    from agent_r.revision_data import PathSettings
-    from agent_r.search import SearchSettings
+
+# What a folder rule reads of a stage's settings. Protocols, not the settings
+# classes: those live with their stages, which import this module.
+class SearchSettings(Protocol):
+    output_dir: str
+    task: Optional[str]
+    backend: BackendSettings
+
+
+class EvalSettings(SearchSettings, Protocol):
+    model_type: str
+    revise_from: Optional[str]
+    wait_reply: str
+
+
+class PathSettings(SearchSettings, Protocol):
+    data_type: str
+    input_dir: Optional[str]
 
 # The reference's name for both a search tree and an eval result: search_results_<idx>.json
 RESULT_PREFIX = "search_results_"

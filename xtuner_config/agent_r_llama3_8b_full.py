@@ -50,7 +50,14 @@ except ModuleNotFoundError as _missing:
                               "which does") from None
 
 pretrained_model_name_or_path = _s.model_dir
-prompt_template = PROMPT_TEMPLATE.llama3_chat  # the export counts tokens with a copy (agent_r.export)
+# The model's own chat format: PROMPT_TEMPLATE=auto (the default) picks XTuner's
+# template from the model's chat template (llama3_chat for Llama-3, qwen_chat
+# for ChatML models such as Qwen2.x and SmolLM2, mistral, gemma); the export
+# counts tokens in the same format (agent_r.llm.chat.ChatFormat).
+_template = _s.xtuner_template()
+if not hasattr(__import__("xtuner.utils", fromlist=["PROMPT_TEMPLATE"]).PROMPT_TEMPLATE, _template):
+    raise ValueError(f"PROMPT_TEMPLATE={_template} is not a template in xtuner.utils.PROMPT_TEMPLATE")
+prompt_template = getattr(PROMPT_TEMPLATE, _template)
 # XTuner cuts a longer sample from its end (the trained part of a revision
 # sample): `path_collection.py export --tokenizer ...` fits samples to it first.
 max_length = _s.max_length
@@ -170,4 +177,4 @@ resume = False
 randomness = dict(seed=_s.seed, deterministic=False)
 log_processor = dict(by_epoch=False)
 
-del _s  # a helper, not a setting
+del _s, _template  # helpers, not settings

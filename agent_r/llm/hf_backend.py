@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from agent_r.llm.base import Backend, GenerationRequest, RequestFailed, SamplingConfig
 from agent_r.llm.chat import chat_prompt, chat_token_count, cut_at_stop, load_tokenizer
-from agent_r.llm.model_files import check_cpu_allowed, cuda_usable, format_parameters, model_position_limit
+from agent_r.llm.model_files import (check_cpu_allowed, cpu_auto_dtype, cpu_bf16_native, cuda_usable, format_parameters,
+                                    model_position_limit)
 from agent_r.llm.rules import combined_seed, single_if_greedy, too_long
 
 CPU_HF_BATCH = 16   # hf on CPU: sequences per generate call when --hf_batch_size is 0 (auto)
@@ -45,7 +46,8 @@ class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, model_dir: str, device: str = "auto", dtype: str = "auto", batch_size: int = 0,
-                 seed: int | None = None, allow_cpu: bool = False) -> None:
+                 seed: int | None = None, allow_cpu: bool = False,
+                 cpu_bf16: Callable[[], bool] = cpu_bf16_native) -> None:
         super().__init__()
         import torch
         from transformers import AutoModelForCausalLM
@@ -59,7 +61,7 @@ class HFBackend(Backend):
             device = "cuda" if gpu else "cpu"
         check_cpu_allowed(model_dir, device, allow_cpu, why_cpu)
         if dtype == "auto":
-            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+            dtype = "bfloat16" if device.startswith("cuda") else cpu_auto_dtype(model_dir, cpu_bf16)
         if batch_size <= 0:   # auto: a GPU takes a whole call's sequences at once; a CPU gains nothing past ~16
             batch_size = 1 << 30 if device.startswith("cuda") else CPU_HF_BATCH
         self.model_dir, self.device, self.dtype, self.batch_size = model_dir, device, dtype, batch_size

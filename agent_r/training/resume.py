@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional
 
 from agent_r.io import atomic_write_json, file_sha256
 from agent_r.settings import UsageError
 from agent_r.training.cpu import save_model
+from agent_r.training.settings import TrlKnobs
 
-if TYPE_CHECKING:   # the trainers' configs live with the trainers, which import this module
-    from agent_r.training.trl_sft import TrlConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +61,7 @@ def cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def precision(cfg: TrlConfig) -> str:
+def precision(cfg: TrlKnobs) -> str:
     if cfg.precision != "auto":
         return cfg.precision
     import torch
@@ -74,7 +72,7 @@ def precision(cfg: TrlConfig) -> str:
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def save_hf(run: Run, cfg: TrlConfig) -> Path:
+def save_hf(run: Run, cfg: TrlKnobs) -> Path:
     """``out/hf``: weights gathered from every process (ZeRO-3/FSDP too),
     written by the main one beside ``hf`` and renamed; tokenizer files from
     the source model; config keys transformers 4.x (XTuner) reads."""
@@ -134,9 +132,19 @@ def last_checkpoint(out: Path) -> Optional[str]:
 
 
 def is_main_process() -> bool:
-    """Rank 0 (torchrun and accelerate set RANK). Read from the environment:
-    an accelerate state made before the trainer's would fix the wrong backend."""
-    return int(os.environ.get("RANK", "0")) == 0
+    """Rank 0 of the run's process group, as torch.distributed (or an
+    accelerate state the trainer made) knows it. The group exists once a
+    trainer is built: accelerate sets it up then, with the backend the run's
+    device needs (made earlier here, it would fix the wrong one). Before that
+    (a finished run's rerun returns without building one) every process
+    counts as the main one; nothing is written on that path."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    from accelerate.state import PartialState, is_initialized
+
+    return PartialState().is_main_process if is_initialized() else True
 
 
 def mean(xs: list[float]) -> Optional[float]:
@@ -149,13 +157,13 @@ def train_once(out: Path, key: dict, build: Callable[[], Run], cfg: Any, stats: 
     write the loss history and the stats (last); a finished run is returned
     as it is. Every process runs this; the main one writes."""
     started = time.time()
-    main = is_main_process()
     finished = check_resume(out, key)
     if finished is not None:
-        if main:
+        if is_main_process():
             log.info("%s is finished (%s): not training again", out, DONE)
         return finished
     run = build()
+    main = run.trainer.is_world_process_zero()
     if main:
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out / RUN_KEY, key, indent=2)

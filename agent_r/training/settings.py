@@ -27,10 +27,12 @@ except MAX_LENGTH: the search's prompt budget, the length
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, ModelDir
-from agent_r.settings import IntSchedule, parse, setting
+from agent_r.settings import IntSchedule, UsageError, parse, setting
 
 # Training sequences as long as the search's prompt budget: a sample then holds
 # about the context the model had when it chose the sample's turns.
@@ -106,12 +108,61 @@ class TrainSettings(ModelDir, TrainKnobs, TrainSeed, Checkpoints):
     pack: bool = setting(True, env="PACK", flag=None, help="1 to pack samples into MAX_LENGTH sequences, 0 not to")
     map_num_proc: int = setting(32, env="MAP_NUM_PROC", flag=None, minimum=1, help="the processes that tokenise the data")
     work_dir: str | None = setting(None, env="WORK_DIR", flag=None, help="where logs and checkpoints go")
+    prompt_template: str = setting("auto", env="PROMPT_TEMPLATE", flag=None,
+                                   help="XTuner's chat template (a name in xtuner.utils.PROMPT_TEMPLATE, e.g. "
+                                   "llama3_chat, qwen_chat, mistral, gemma); auto = the one matching the model's "
+                                   "own chat template (default auto)")
 
     def finish(self) -> None:
         """MODEL_DIR unset: the bundled model, as for every other script."""
         if not (self.model_dir and self.model_dir.strip()):
             self.model_dir = str(BUNDLED_MODEL_DIR)
         self.epochs = int(self.epochs)   # one run: a per-iteration list's first value, as a plain int
+
+    def xtuner_template(self) -> str:
+        """PROMPT_TEMPLATE, ``auto`` resolved from the model folder (asked
+        only by the XTuner config, so other readers of these settings need no
+        local model)."""
+        return xtuner_template_for(self.model_dir) if self.prompt_template == "auto" else self.prompt_template
+
+
+# XTuner's template for each chat format, told apart by the format's own turn
+# markers. Llama-3.1's official template (a knowledge-date preamble in the
+# system turn) also gets llama3_chat, the paper's choice; our own trainers
+# follow the model's template exactly (docs/training.md).
+XTUNER_TEMPLATES = (("<|start_header_id|>", "llama3_chat"), ("<|im_start|>", "qwen_chat"),
+                    ("<start_of_turn>", "gemma"), ("[INST]", "mistral"))
+
+
+def model_chat_template(model_dir: str) -> str:
+    """The chat template in a model folder's files (chat_template.jinja, or
+    tokenizer_config.json's chat_template), read without transformers: the
+    XTuner environment reads it too. Empty when there is none."""
+    folder = Path(model_dir)
+    if (folder / "chat_template.jinja").is_file():
+        return (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    config = folder / "tokenizer_config.json"
+    if not config.is_file():
+        return ""
+    template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") or ""
+    if isinstance(template, list):   # named templates: the default one
+        template = next((t.get("template", "") for t in template if t.get("name") == "default"), "")
+    return template
+
+
+def xtuner_template_for(model_dir: str) -> str:
+    """The XTuner PROMPT_TEMPLATE name that writes the model's chat format."""
+    if not Path(model_dir).is_dir():
+        raise UsageError(f"MODEL_DIR={model_dir} is not a local folder, so its chat template cannot be read: set "
+                         "PROMPT_TEMPLATE to the xtuner.utils.PROMPT_TEMPLATE name that writes its chat format "
+                         "(e.g. llama3_chat, qwen_chat, mistral, gemma)")
+    template = model_chat_template(model_dir)
+    for marker, name in XTUNER_TEMPLATES:
+        if marker in template:
+            return name
+    why = "has no chat template" if not template else "has a chat template XTuner's templates are not matched to"
+    raise UsageError(f"MODEL_DIR={model_dir} {why}: set PROMPT_TEMPLATE to the xtuner.utils.PROMPT_TEMPLATE name "
+                     "that writes its chat format (e.g. llama3_chat, qwen_chat, mistral, gemma)")
 
 
 @dataclass

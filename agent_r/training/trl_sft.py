@@ -11,12 +11,13 @@ environment; the CPU trainer is a hand loop for tiny models. TRL runs in the
 collection environment, on CPU or GPUs, one process or many (accelerate: DDP,
 DeepSpeed ZeRO, FSDP), with TensorBoard logging and checkpoints for free.
 
-What must not differ from XTuner is which token is learned in which context.
-So TRL never tokenizes: each sample is encoded once by the CPU trainer's
-encoder (XTuner's ``openai_map_fn`` + ``llama3_chat`` + ``encode_fn``: one
-BOS, each turn's prompt and answer tokenized apart, only ``loss: true``
-assistant turns and their ``<|eot_id|>`` trained, cut at ``max_length``,
-samples with nothing to train dropped) and handed to SFTTrainer as
+What must not differ from XTuner and from inference is which token is
+learned in which context. So TRL never tokenizes: each sample is encoded once
+by the CPU trainer's encoder (the model's own chat format, ``ChatFormat``:
+each turn's prompt and answer tokenized apart, only ``loss: true`` assistant
+turns and the model's end-of-turn token trained, cut at ``max_length``,
+samples with nothing to train dropped; for Llama-3 and ChatML models exactly
+XTuner's ``llama3_chat``/``qwen_chat`` encoding) and handed to SFTTrainer as
 ``input_ids`` + ``labels``. TRL 1.16 takes a ``labels`` column as it is
 (its collator pads it with -100), so the labels XTuner builds are the labels
 the model is trained on; tests/training_trl checks this against XTuner itself.

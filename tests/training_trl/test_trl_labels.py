@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from agent_r.training import trl_sft
-from agent_r.training import cpu
+from agent_r.llm.chat import ChatFormat
 from tests.training.conftest import TRAIN_VENV, run_train_env
 from tests.training_trl.conftest import ROOT, quick
 
@@ -36,7 +36,7 @@ def cut_length(data: Path, model_dir: str) -> int:
     tok = AutoTokenizer.from_pretrained(model_dir)
     spans = []
     for sample in json.loads(data.read_text()):
-        ids, labels = cpu.encode(sample["messages"], tok, 10**6)
+        ids, labels = ChatFormat(tok).encode(sample["messages"], 10**6)
         spans.append((next(i for i, y in enumerate(labels) if y != -100), len(ids)))
     length = max(first for first, _ in spans)
     assert any(first < length < n for first, n in spans), spans      # a sample is cut and still trains

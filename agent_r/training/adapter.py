@@ -1,0 +1,104 @@
+"""Low-rank adapters (LoRA, with peft) for the CPU trainer: a base model
+built on a pretrained LLM ships as a few MB of adapter instead of the whole
+model.
+
+Why: a fine-tuned SmolLM2-135M is 270 MB of weights, which no repository
+should carry, and rebuilding it means an hour of CPU training. Its adapter
+(rank 16 on every attention and MLP projection: 4.9M parameters, ~10 MB in
+bf16) is small enough to commit, and ``apply_adapter`` turns the pretrained
+model that ``make smollm2`` fetches plus that adapter into the trained model
+in seconds. The trainer itself merges through ``apply_adapter`` too, so the
+model a fresh clone rebuilds is made by the same code from the same files as
+the one that was evaluated.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_r.io import file_sha256
+from agent_r.settings import UsageError
+
+LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+CHECKSUM = "merged_sha256"   # the adapter's record of the merged weights it made
+
+
+@dataclass
+class Lora:
+    """LoRA settings (peft's names). Defaults: every projection of a Llama
+    block, rank 16, alpha 32, no dropout (a deterministic run)."""
+
+    rank: int = 16
+    alpha: int = 32
+    targets: tuple[str, ...] = field(default=LLAMA_PROJECTIONS)
+
+    def wrap(self, model: Any) -> Any:
+        """``model`` with trainable adapters on its projections, everything
+        else frozen; the returned peft model's inner model is ``model`` itself."""
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError:
+            raise UsageError("LoRA training needs the peft package: pip install -r requirements.txt") from None
+        config = LoraConfig(r=self.rank, lora_alpha=self.alpha, target_modules=list(self.targets), lora_dropout=0.0,
+                            bias="none", task_type="CAUSAL_LM")
+        return get_peft_model(model, config)
+
+
+def apply_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | Path) -> str:
+    """Merge the adapter into the base model (fp32, then the base's own dtype)
+    and write the result to ``out_dir`` (complete or absent, tokenizer files
+    from the base); returns the sha256 of the written weights file."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agent_r.llm.model_files import model_dtype
+    from agent_r.training.cpu import save_model
+
+    adapter_dir = Path(adapter_dir)
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise UsageError(f"{adapter_dir} is not a LoRA adapter folder (no adapter_config.json): pass the folder "
+                         "the CPU trainer wrote with --lora")
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise UsageError("applying an adapter needs the peft package: pip install -r requirements.txt") from None
+    own = model_dtype(str(base_dir)) or "float32"
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.to(getattr(torch, own))
+    save_model(merged, Path(base_dir), Path(out_dir), dtype_name=own if own != "float32" else None)
+    return file_sha256(Path(out_dir) / "model.safetensors")
+
+
+def save_adapter(peft_model: Any, adapter_dir: Path, record: dict) -> None:
+    """The adapter weights (bf16: half the size, merged in fp32 anyway),
+    config and ``record`` (what it was trained on), beside and renamed."""
+    import torch
+
+    tmp = adapter_dir.with_name(adapter_dir.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    state = {k: v.to(torch.bfloat16) for k, v in _adapter_state(peft_model).items()}
+    peft_model.save_pretrained(str(tmp), state_dict=state)
+    (tmp / "adapter_record.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(adapter_dir, ignore_errors=True)
+    tmp.rename(adapter_dir)
+
+
+def _adapter_state(peft_model: Any) -> dict:
+    from peft import get_peft_model_state_dict
+
+    return get_peft_model_state_dict(peft_model)
+
+
+def record_checksum(adapter_dir: Path, sha256: str) -> None:
+    path = adapter_dir / "adapter_record.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record[CHECKSUM] = sha256
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def lora_record(lora: Lora) -> dict:
+    return {"lora": {**asdict(lora), "targets": list(lora.targets)}}
