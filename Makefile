@@ -93,7 +93,9 @@ check-install-sets: setup
 FLOORS_VENV ?= .venv-floors
 FLOOR_TESTS ?= tests/install/test_floors.py tests/backends tests/training/test_cpu_trainer.py \
 	tests/training/test_general_data.py tests/training/test_bundled_model_training.py tests/training/test_tied_weights.py \
-	tests/training_trl tests/loop/test_trl_eto.py tests/loop/test_rows.py tests/loop/test_export_stage.py
+	tests/training/test_adapter.py tests/training/test_chat_formats.py tests/training/test_cpu_precision.py \
+	tests/training_trl tests/loop/test_trl_eto.py tests/loop/test_rows.py tests/loop/test_export_stage.py \
+	tests/export/test_length.py tests/models/test_gguf_wheel.py
 .PHONY: check-floors
 
 # setup-train: the CPU trainer's and the tied-weights tests compare with XTuner in .venv-train

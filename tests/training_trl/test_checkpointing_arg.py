@@ -2,7 +2,7 @@
 installed transformers takes: ``activation_checkpointing`` from 5.23 on,
 ``gradient_checkpointing`` before (the name 5.23 keeps as an alias). Passing
 the new name to an older release crashed TRAINER=trl and the eto variant
-after the search (`make check-floors` runs this on transformers 5.0)."""
+after the search (`make check-floors` runs this on transformers 5.18, before the rename)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,7 +27,7 @@ def test_the_installed_trl_configs_take_the_setting(knob, on, tmp_path):
 
 def test_the_keyword_follows_the_fields_of_the_config_class():
     @dataclass
-    class Before523:                     # transformers 5.0-5.22: only the old name
+    class Before523:                     # transformers before 5.23: only the old name
         gradient_checkpointing: bool = False
 
     @dataclass
