@@ -83,6 +83,31 @@ $(GPU_VENV)/.installed-gpu: requirements-gpu.txt requirements.txt
 check-install-sets: setup
 	$(PY) -m pytest -q tests/install/test_gpu_sets.py
 
+# The lowest versions requirements.txt allows, tested: a fresh FLOORS_VENV (torch
+# pinned first, as everywhere), the direct dependencies at their floors and the
+# rest as new as they come (uv's --resolution lowest-direct), then
+# scripts/check_floors.py (every floor installed exactly: one the resolver had to
+# lift is a floor the code never ran on) and the trainer and backend tests on that
+# set. Not part of `make test` (a few minutes; needs PyPI): run it when a floor or
+# a call into transformers/TRL/openai changes. docs/training.md, "Version floors".
+FLOORS_VENV ?= .venv-floors
+FLOOR_TESTS ?= tests/install/test_floors.py tests/backends tests/training/test_cpu_trainer.py \
+	tests/training/test_general_data.py tests/training/test_bundled_model_training.py tests/training/test_tied_weights.py \
+	tests/training/test_adapter.py tests/training/test_chat_formats.py tests/training/test_cpu_precision.py \
+	tests/training_trl tests/loop/test_trl_eto.py tests/loop/test_rows.py tests/loop/test_export_stage.py \
+	tests/export/test_length.py tests/models/test_gguf_wheel.py
+.PHONY: check-floors
+
+# setup-train: the CPU trainer's and the tied-weights tests compare with XTuner in .venv-train
+check-floors: setup-train
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/pip install -q --upgrade pip
+	$(FLOORS_VENV)/bin/pip install -q torch==2.13.0 uv==0.13.9
+	$(FLOORS_VENV)/bin/uv pip install -q --python $(FLOORS_VENV)/bin/python --resolution lowest-direct -r requirements.txt
+	$(FLOORS_VENV)/bin/python scripts/check_floors.py requirements.txt
+	OMP_NUM_THREADS=1 $(FLOORS_VENV)/bin/python -m pytest -q -p no:randomly $(FLOOR_TESTS)
+
 # A real headless browser for the tree viewer's tests (tests/viewer/test_browser.py):
 # Debian's chromium and chromium-driver, installed only when /usr/bin/chromium or
 # /usr/bin/chromedriver is missing (selenium itself is in requirements.txt). Where

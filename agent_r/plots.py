@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from agent_r.report import LOOP_LENGTHS
 
@@ -26,18 +26,22 @@ def _pyplot():
     return plt
 
 
-def save(fig: Any, path: str | os.PathLike, numbers: Any) -> Path:
+def save(fig: Any, path: str | os.PathLike, numbers: Any, legend: Any = None) -> Path:
     """Write ``fig`` to ``path`` atomically, with ``numbers`` as the PNG's
-    description. The temporary file's name is this call's own: several
-    processes of one run (the loop's variants side by side) may draw the
-    same figure at once."""
+    description (and ``legend``, the drawn line labels where they say more
+    than the numbers' keys, as its "Legend" text). The temporary file's name
+    is this call's own: several processes of one run (the loop's variants
+    side by side) may draw the same figure at once."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(fd)
     tmp = Path(name)
     try:
-        fig.savefig(tmp, dpi=100, metadata={"Description": json.dumps(numbers, sort_keys=True)})
+        metadata = {"Description": json.dumps(numbers, sort_keys=True)}
+        if legend is not None:
+            metadata["Legend"] = json.dumps(legend, sort_keys=True)
+        fig.savefig(tmp, dpi=100, metadata=metadata)
         os.replace(tmp, path)
     finally:
         _pyplot().close(fig)
@@ -46,39 +50,46 @@ def save(fig: Any, path: str | os.PathLike, numbers: Any) -> Path:
 
 
 def iteration_lines(panels: dict[str, dict[str, list[tuple[int, float]]]], iterations: int,
-                    path: str | os.PathLike) -> Path:
+                    path: str | os.PathLike, labels: Optional[dict[str, str]] = None) -> Path:
     """One panel per task (and the average): test success % against the
-    self-training iteration, one line per variant."""
+    self-training iteration, one line per variant, labelled ``labels[variant]``
+    (e.g. with its training settings) where given."""
     plt = _pyplot()
+    labels = labels or {}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (title, lines) in zip(axes[0], panels.items()):
-        for i, (label, points) in enumerate(lines.items()):
+        for i, (name, points) in enumerate(lines.items()):
             # variants often tie: each its own marker, dash and size, so a line under another still shows
             ax.plot([x for x, _ in points], [y for _, y in points], marker="osD^v"[i % 5],
-                    linestyle=("-", "--", ":", "-.")[i % 4], markersize=9 - 1.5 * (i % 4), label=label)
+                    linestyle=("-", "--", ":", "-.")[i % 4], markersize=9 - 1.5 * (i % 4),
+                    label=labels.get(name, name))
         ax.set(title=title, xlabel="iteration", ylabel="test success %")
         ax.set_ylim(bottom=0)
         ax.set_xticks(range(iterations + 1))
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    return save(fig, path, panels)
+    return save(fig, path, panels, {name: labels.get(name, name) for lines in panels.values() for name in lines})
 
 
-def loss_curves(panels: dict[str, dict[str, list[float]]], path: str | os.PathLike) -> Path:
+def loss_curves(panels: dict[str, dict[str, list[float]]], path: str | os.PathLike,
+                labels: Optional[dict[str, dict[str, str]]] = None) -> Path:
     """One panel per fine-tune round (iteration): the training loss of every
-    logged optimizer step, one line per variant."""
+    logged optimizer step, one line per variant, labelled
+    ``labels[panel][variant]`` (e.g. with its training settings) where given."""
     plt = _pyplot()
+    labels = labels or {}
+    drawn = {title: {name: labels.get(title, {}).get(name, name) for name in lines} for title, lines in panels.items()}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (title, lines) in zip(axes[0], panels.items()):
-        for label, losses in lines.items():
-            ax.plot(range(1, len(losses) + 1), losses, label=label)
+        for name, losses in lines.items():
+            ax.plot(range(1, len(losses) + 1), losses, label=drawn[title][name])
         ax.set(title=title, xlabel="optimizer step", ylabel="training loss")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
     fig.tight_layout()
-    return save(fig, path, panels)
+    return save(fig, path, panels, drawn)
 
 
 def compare_numbers(summaries: Sequence[dict], labels: Sequence[str]) -> dict[str, dict[str, Any]]:

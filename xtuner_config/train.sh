@@ -85,6 +85,10 @@ convert=("$CONFIG" "$pth" "$HF_DIR.tmp" --safe-serialization)
 [[ "$SAVE_FP32" == 1 ]] && convert+=(--fp32)
 rm -rf "$HF_DIR.tmp"
 python -m xtuner.tools.model_converters.pth_to_hf "${convert[@]}"
+# pth_to_hf loads a DeepSpeed checkpoint one tensor per name, which unties a
+# tied embedding/LM head (written twice), and keeps the base config's `dtype`
+# next to its own `torch_dtype`: save the tied weights once, name one dtype.
+python -m agent_r.training.tied "$HF_DIR.tmp"
 # Replace the old model only once the new one is complete.
 rm -rf "$HF_DIR.old"
 [[ -e "$HF_DIR" ]] && mv "$HF_DIR" "$HF_DIR.old"

@@ -49,7 +49,7 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
     lines += _paired_table(rows)
-    stat_head = ["iteration", "variant", "ALPHA / epochs", "revision samples", "good samples", "train samples",
+    stat_head = ["iteration", "variant", "ALPHA / epochs / LR", "revision samples", "good samples", "train samples",
                  "mean first bad step", "loops k=1/2/3/4 % episodes", "revision-task success %",
                  "test episodes with a revision turn (succeeded)", "train loss first -> last"]
     lines += ["", "Per-iteration statistics (summed over tasks; loops and revision task: mean over tasks). "
@@ -91,12 +91,38 @@ def _stat_cells(r: dict) -> list[str]:
     turn_cell = f"{sum(t['episodes'] for t in turns)} ({sum(t['succeeded'] for t in turns)})" if turns else "-"
     train = r.get("train") or {}
     loss = f"{train['first_loss']:.3f} -> {train['last_loss']:.3f}" if train.get("first_loss") is not None else "-"
-    alpha = "/".join(f"{a:.3g}" for a in (r.get("alpha") or {}).values())
-    settings = f"{alpha or '-'} / {r['epochs']}" if "epochs" in r else "-"
-    return [str(r["iteration"]), r["variant"], settings,
+    return [str(r["iteration"]), r["variant"], settings_cell(r),
             *[str(sum(t.get(k, 0) for t in per_task)) if r["iteration"] else "-"
               for k in ("revision_samples", "good_samples")],
             str(r.get("data", {}).get("train_samples", "-")), mean(firsts), loops, mean(revise), turn_cell, loss]
+
+
+def settings_cell(r: dict) -> str:
+    """ALPHA / epochs / LR of a model row (eto: no ALPHA, and DPO's beta);
+    "-" for the base model."""
+    if "epochs" not in r:
+        return "-"
+    alpha = "/".join(f"{a:.3g}" for a in (r.get("alpha") or {}).values()) or "-"
+    lr = f" / {r['lr']:.3g}" if r.get("lr") is not None else ""
+    beta = f" (beta {r['beta']:.3g})" if r.get("beta") is not None else ""
+    return f"{alpha} / {r['epochs']}{lr}{beta}"
+
+
+def settings_label(variant: str, rows: list[dict]) -> str:
+    """A plot's label of ``variant``: its name and the training settings of
+    ``rows`` (its model rows; a value that changes across them is listed per
+    iteration), e.g. "agent-r (epochs 3/1, LR 2e-05)", "eto (DPO: epochs 3,
+    LR 1e-06, beta 0.1)"."""
+    rows = [r for r in rows if "epochs" in r]
+    if not rows:
+        return variant
+    parts = []
+    for key, name in (("epochs", "epochs"), ("lr", "LR"), ("beta", "beta")):
+        seen = [f"{r[key]:.3g}" for r in rows if r.get(key) is not None]
+        if seen:
+            parts.append(f"{name} {seen[0] if len(set(seen)) == 1 else '/'.join(seen)}")
+    dpo = "DPO: " if any(r.get("beta") is not None for r in rows) else ""
+    return f"{variant} ({dpo}{', '.join(parts)})"
 
 
 def mean(xs: list[float]) -> str:
@@ -119,7 +145,9 @@ def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
-    plots.iteration_lines(panels, s.iterations, path)
+    labels = {variant: settings_label(variant, [r for r in rows if r["variant"] == variant])
+              for variant in s.variant_list}
+    plots.iteration_lines(panels, s.iterations, path, labels)
 
 
 def write_loss_plot(rows: list[dict], path: Path) -> None:
@@ -127,12 +155,14 @@ def write_loss_plot(rows: list[dict], path: Path) -> None:
     panel per iteration, one line per variant; not drawn before a fine-tune
     has recorded its losses."""
     panels: dict[str, dict[str, list[float]]] = {}
+    labels: dict[str, dict[str, str]] = {}
     for r in sorted(rows, key=lambda r: r["iteration"]):
         losses = (r.get("train") or {}).get("losses")
         if losses:
             panels.setdefault(f"iteration {r['iteration']}", {})[r["variant"]] = losses
+            labels.setdefault(f"iteration {r['iteration']}", {})[r["variant"]] = settings_label(r["variant"], [r])
     if panels:
-        plots.loss_curves(panels, path)
+        plots.loss_curves(panels, path, labels)
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:

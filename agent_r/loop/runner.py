@@ -91,7 +91,18 @@ class Loop:
         return self.finish_row({"iteration": k, "variant": variant, "model": lay.shown(model.model_dir),
                                 "started_from": lay.shown(start if files else prev.model_dir), **evals,
                                 "search": searched, "data": data, "train": trained,
-                                "alpha": {t: s.alpha_for(t, k) for t in s.tasks}, "epochs": s.epochs_for(k)})
+                                **self.training_settings(k, variant)})
+
+    def training_settings(self, k: int, variant: str) -> dict:
+        """The settings model_k of ``variant`` is made with, from the config
+        its own trainer gets: the eto variant's DPO reads ETO_EPOCHS, ETO_LR
+        and ETO_BETA and pairs full-score paths (no ALPHA); the fine-tuning
+        variants read ALPHA, this iteration's EPOCHS and LR."""
+        s = self.settings
+        knobs = s.train_knobs(k)
+        if variant == trl_stages.ETO:
+            return trl_stages.eto_settings(trl_stages.eto_config(s, knobs))
+        return {"alpha": {t: s.alpha_for(t, k) for t in s.tasks}, "epochs": knobs.epochs, "lr": knobs.lr}
 
     def training_plan(self, k: int, variant: str, prev: Policy) -> tuple[str, list[str]]:
         """(the model fine-tuned, the export files it learns from) for model_k:

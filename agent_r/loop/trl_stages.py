@@ -56,7 +56,8 @@ def train_trl(s: IterateSettings, start: str, data_files: list[str], out: Path, 
     loop's TrainKnobs, seed and TRL knobs (resumes a killed run from its
     last checkpoint under ``out/trainer``)."""
     cfg = trl_sft.TrlConfig.from_knobs(knobs, s.seed, s.trl)
-    return stage_stats(trl_sft.fine_tune(start, data_files, str(out), cfg), out)
+    stats = stage_stats(trl_sft.fine_tune(start, data_files, str(out), cfg), out)
+    return {**stats, "epochs": cfg.epochs, "lr": cfg.lr}
 
 
 # --------------------------------------------------------------------------- the eto variant
@@ -95,8 +96,20 @@ def pooled_pairs(files: list[str], out: Path) -> str:
     return str(joined)
 
 
+def eto_config(s: IterateSettings, knobs: TrainKnobs) -> eto.EtoConfig:
+    """The DPO run's settings: the step knobs of ``knobs``, ETO_EPOCHS,
+    ETO_LR, ETO_BETA, the TRL knobs and the loop's seed (what the eto row
+    reports, too)."""
+    return eto.EtoConfig.from_knobs(knobs, s.eto, s.seed, s.trl)
+
+
+def eto_settings(cfg: eto.EtoConfig) -> dict:
+    """What the eto variant's results row and stage statistics say it trained with."""
+    return {"epochs": cfg.epochs, "lr": cfg.lr, "beta": cfg.beta}
+
+
 def train_eto(s: IterateSettings, start: str, pairs_files: list[str], out: Path, knobs: TrainKnobs) -> dict:
     """model_k in ``out/hf``: DPO from ``start`` against ``start`` itself on the pairs."""
-    cfg = eto.EtoConfig.from_knobs(knobs, s.eto, s.seed, s.trl)
+    cfg = eto_config(s, knobs)
     stats = eto.train_dpo(start, pooled_pairs(pairs_files, out), str(out), cfg, ref_model_dir=start)
-    return stage_stats(stats, out)
+    return {**stage_stats(stats, out), **eto_settings(cfg)}

@@ -226,13 +226,17 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
 def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
                dtype_name: str | None = None) -> None:
     """Weights and config from the model (or ``state_dict``, e.g. gathered from
-    every process), the other files copied from ``source``; written beside
-    ``out`` and renamed, so ``out`` is complete or absent. Every trainer saves
-    through here, so every trained model loads in both transformers 5.x and
-    XTuner's 4.x."""
+    every process and cast to the saving dtype), the other files copied from
+    ``source``; written beside ``out`` and renamed, so ``out`` is complete or
+    absent. Every trainer saves through here, so every trained model loads in
+    both transformers 5.x and XTuner's 4.x, keeps its tied weights as one
+    tensor and names one dtype in its config (agent_r/training/tied.py)."""
+    from agent_r.training.tied import set_config_dtype, tensor_dtype, tied_copies, without_copies
+
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+    state = without_copies(model.state_dict() if state_dict is None else state_dict, tied_copies(model))
+    model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
     for name in COPIED_FILES:
         if (source / name).exists():
             shutil.copy(source / name, tmp / name)
@@ -240,11 +244,8 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     rope = cfg.get("rope_parameters") or {}
     cfg.setdefault("rope_theta", rope.get("rope_theta", 10000.0))   # transformers 4.x (XTuner) reads these
-    if dtype_name:
-        cfg["dtype"] = cfg["torch_dtype"] = dtype_name
-    else:
-        cfg.setdefault("torch_dtype", cfg.get("dtype") or "float32")
     cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    set_config_dtype(tmp, tensor_dtype(tmp) or dtype_name or cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
 

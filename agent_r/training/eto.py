@@ -63,7 +63,8 @@ from agent_r.settings import UsageError, nested, parse, run_cli, setting
 from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
 from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
-from agent_r.training.trl_sft import check_warmup, load_tokenizer, quiet_logs, tensorboard_dir, threads_setting
+from agent_r.training.trl_sft import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs, tensorboard_dir,
+                                     threads_setting)
 from agent_r.tree import Node, leaf_paths, load_tree
 
 log = logging.getLogger(__name__)
@@ -252,7 +253,7 @@ def dpo_args(out: Path, cfg: EtoConfig) -> Any:
         num_train_epochs=cfg.epochs, learning_rate=cfg.lr, lr_scheduler_type=cfg.lr_scheduler,
         warmup_steps=cfg.warmup_ratio, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
         bf16=prec == "bf16", fp16=prec == "fp16",
-        activation_checkpointing=cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda()),
+        **checkpointing_kwargs(DPOConfig, cfg),
         max_length=cfg.max_length, truncation_mode="keep_start", pad_to_multiple_of=None,
         precompute_ref_log_probs=False, seed=cfg.seed, logging_steps=cfg.logging_steps,
         report_to=[] if cfg.report_to == "none" else [cfg.report_to],

@@ -40,6 +40,8 @@ HISTORY = "loss_history.json"
 RUN_KEY = "run.json"
 # Settings that cannot change the trained model: a rerun may change them and still resume.
 NOT_IN_KEY = ("threads", "report_to", "save_steps", "save_total_limit", "logging_steps")
+# How a refusal names the parts of a run key other than its knobs.
+KEY_PARTS = {"data": "the data", "model_dir": "the model", "ref_model_dir": "the reference model"}
 
 
 @dataclass
@@ -112,7 +114,8 @@ def check_resume(out: Path, key: dict) -> Optional[dict]:
     if held != key:
         diff = sorted(k for k in set(held.get("config", {})) | set(key["config"])
                       if held.get("config", {}).get(k) != key["config"].get(k))
-        what = ", ".join(diff) or ("the data" if held.get("data") != key["data"] else "the model")
+        what = ", ".join(diff) or ", ".join(KEY_PARTS.get(k, k) for k in sorted(set(held) | set(key))
+                                            if k != "config" and held.get(k) != key.get(k))
         raise UsageError(f"--out {out} holds a run with other settings ({what}): pass another --out, or "
                          "delete the folder to start over")
     done = out / DONE

@@ -151,11 +151,21 @@ def tensorboard_dir(path: Path) -> Iterator[None]:
             os.environ.pop("TENSORBOARD_LOGGING_DIR", None)
 
 
+def checkpointing_kwargs(args_class: type, cfg: Any) -> dict[str, bool]:
+    """GRADIENT_CHECKPOINTING as the keyword ``args_class`` (a TrainingArguments
+    dataclass: SFTConfig, DPOConfig) takes. transformers 5.23 renamed
+    ``gradient_checkpointing`` to ``activation_checkpointing`` and keeps the old
+    name as a deprecated alias; releases before it only know the old name and
+    reject the new one, and requirements.txt allows both."""
+    on = cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda())
+    names = {f.name for f in fields(args_class)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": on}
+
+
 def sft_args(out: Path, cfg: TrlConfig) -> Any:
     from trl import SFTConfig
 
     prec = precision(cfg)
-    checkpointing = cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda())
     return SFTConfig(
         output_dir=str(out / "trainer"),
         per_device_train_batch_size=cfg.batch_size,
@@ -168,7 +178,7 @@ def sft_args(out: Path, cfg: TrlConfig) -> Any:
         adam_beta1=0.9, adam_beta2=0.999,
         max_grad_norm=cfg.max_grad_norm,
         bf16=prec == "bf16", fp16=prec == "fp16",
-        activation_checkpointing=checkpointing,
+        **checkpointing_kwargs(SFTConfig, cfg),
         max_length=cfg.max_length,               # samples are already cut there; TRL's cut is a no-op
         packing=False,
         shuffle_dataset=False,                   # the sampler shuffles each epoch (seeded)

@@ -101,6 +101,23 @@ def test_one_overlong_prompt_fails_alone_on_vllm(vllm_fake, short_model_dir):
     assert vllm_fake.LLM.calls[-1][1][0].max_tokens == 256 - prompt_len
 
 
+def test_a_prompt_that_fills_the_context_fails_alone_on_vllm(vllm_fake, tiny_model_dir):
+    """Room 0: a prompt exactly as long as the context leaves no token to
+    answer; sent, vLLM refuses it (max_tokens 0, a prompt of max_model_len
+    tokens) and with it the whole batch. The backend keeps it back
+    (PromptTooLong) and serves the rest; one token of room is sent, capped at 1."""
+    full, short = crafting_chat("a", filler=20), crafting_chat("b")
+    n = VLLMBackend(tiny_model_dir, max_model_len=1000).count_tokens(full)
+    exact = VLLMBackend(tiny_model_dir, max_model_len=n)
+    assert exact.count_tokens(short) < n
+    out = exact.generate([GenerationRequest(full), GenerationRequest(short)], SAMPLED_16)
+    assert isinstance(out[0], PromptTooLong) and isinstance(out[1], list) and len(out[1]) == 1
+    assert len(vllm_fake.LLM.calls[-1][0]) == 1     # the engine never saw the full prompt
+    roomy = VLLMBackend(tiny_model_dir, max_model_len=n + 1)
+    out = roomy.generate([GenerationRequest(full)], SAMPLED_16)
+    assert isinstance(out[0], list) and vllm_fake.LLM.calls[-1][1][0].max_tokens == 1
+
+
 def test_big_model_guard_on_vllm_follows_its_device(big_model_dir, monkeypatch):
     """A >1B model is refused on a CPU vllm build unless allowed; on CPU the
     KV cache is 2 GiB (not a share of the machine's RAM) and chunked prefill

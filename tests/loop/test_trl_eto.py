@@ -46,6 +46,11 @@ def test_trl_trainer_and_the_eto_variant_end_to_end(base_model, textcraft_server
     dpo = eto["train"]
     assert dpo["trainer"] == "trl-dpo" and dpo["samples"] == len(pairs) and len(dpo["losses"]) == dpo["steps"]
     assert dpo["losses"][0] == pytest.approx(0.6931, abs=1e-3)       # the reference is the model it starts from
+    # each row reports its own trainer's settings: DPO ran ETO_EPOCHS=3 at ETO_LR, the SFT EPOCHS=1
+    history = json.loads((root / "iter_1" / "model" / "eto" / "loss_history.json").read_text())
+    assert round(history[-1]["epoch"]) == 3 == eto["epochs"] == dpo["epochs"]
+    assert (eto["lr"], eto["beta"], "alpha" in eto) == (1e-3, 0.1, False)
+    assert (rows[(1, "agent-r")]["epochs"], sft["epochs"], rows[(1, "agent-r")]["lr"]) == (1, 1, 1e-3)
     assert eto["model"] == "iter_1/model/eto/hf" and eto["started_from"] == base_model
     assert weights_digest(str(root / eto["model"])) != weights_digest(base_model)
     assert eto["test"]["textcraft"]["tasks"] == 3

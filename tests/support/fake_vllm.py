@@ -6,7 +6,8 @@ It copies the parts of vLLM 0.32's behaviour that agent_r.llm.VLLMBackend
 relies on or must guard against, checked against vllm's sources:
 
 * ``SamplingParams(n>1, temperature=0)`` raises ValueError ("n must be 1 when
-  using greedy sampling"), as vllm.sampling_params does.
+  using greedy sampling"), and so does ``max_tokens`` below 1 ("max_tokens
+  must be at least 1"), as vllm.sampling_params does.
 * ``LLM(max_model_len=M)`` above the model's max_position_embeddings raises
   ValueError, as vllm's model config does.
 * ``LLM.generate`` raises ValueError for the WHOLE batch when one prompt has
@@ -50,6 +51,8 @@ class SamplingParams:
                  max_tokens: int | None = 16, stop: list[str] | None = None) -> None:
         if temperature < 1e-5 and n > 1:
             raise ValueError(f"n must be 1 when using greedy sampling, got {n}.")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}.")
         self.n, self.temperature, self.top_p, self.seed = n, temperature, top_p, seed
         self.max_tokens, self.stop = max_tokens, stop
 

@@ -1,7 +1,8 @@
 """XTuner training: the shipped config loads and builds our export with the
 right label masks, general data is mixed at ETA, and xtuner_config/train.sh
 fully fine-tunes the tiny Llama on CPU (plain and DeepSpeed ZeRO-2), the loss
-falls, and the converted model loads in the collection side's hf backend.
+falls, and the converted model keeps its tied weights as one tensor and loads
+in the collection side's hf backend.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from agent_r.llm import GenerationRequest, HFBackend, SamplingConfig
 from agent_r.training.data import mix, sharegpt_to_messages
 from tests.support.model_fixtures import free_port
+from tests.support.saved_models import assert_saved_tied
 from tests.training.conftest import CPU_CONFIG, ROOT, SUPPORT, inspect_config, run_train_env
 
 SHIPPED = ROOT / "xtuner_config" / "agent_r_llama3_8b_full.py"
@@ -128,6 +130,7 @@ def test_train_sh_fine_tunes_and_converts_for_the_hf_backend(deepspeed, agent_ex
     hf = work / "hf"
     assert r.stdout.strip().splitlines()[-1] == f"next iteration: export MODEL_DIR={hf}"
     assert (hf / "config.json").exists() and list(hf.glob("*.safetensors"))
+    assert_saved_tied(hf, tiny_model_dir)   # pth_to_hf alone writes the tied pair twice
 
     if deepspeed == "none":  # a rerun resumes at the last checkpoint: no step repeated, model rebuilt
         again = run_train_env(["bash", str(ROOT / "xtuner_config" / "train.sh")], timeout=600, CONFIG=CPU_CONFIG,
