@@ -14,7 +14,7 @@ and data allow. Three numbers per model:
    episodes. A tokenizer that never saw the sentences splits them into
    pieces and the turn costs far more tokens than an ordinary one.
 2. Log-probability: the summed log-probability of the whole revision turn
-   (its tokens and the closing <|eot_id|>) right after a failed episode
+   (its tokens and the model's own end-of-turn token) right after a failed episode
    (``--episodes``: an eval.py output folder; its failed episodes are the
    contexts, each with every revision thought), tokenised as at generation
    time (the chat prompt with the generation header, then the turn); and
@@ -38,6 +38,7 @@ from pathlib import Path
 from agent_r.io import atomic_write_json
 from agent_r.conversation import HEAD_LEN
 from agent_r.llm import BUNDLED_MODEL, chat_prompt, load_tokenizer
+from agent_r.llm.chat import ChatFormat
 from agent_r.revision import REVISION_THOUGHTS, is_revision_turn
 
 SAME_LENGTH = 5   # characters: "an ordinary thought of the same length"
@@ -103,14 +104,14 @@ PARTS = ("first_word", "sentence_rest", "action")
 
 
 def turn_logprobs(model, tok, episodes: list[list[dict]]) -> tuple[list[list[float]], dict[str, float]]:
-    """log P(revision turn + <|eot_id|> | context), per context one value per
+    """log P(revision turn + end-of-turn | context), per context one value per
     thought; and the mean log-probability of each part of the turn: the
     thought's first word (the choice to revise), the rest of the sentence
-    (writing it) and "\\nAction: wait" with <|eot_id|>. Parts are split where
+    (writing it) and "\\nAction: wait" with the end-of-turn. Parts are split where
     the tokens of "Thought: <first word>" and "Thought: <thought>" end."""
     import torch
 
-    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    eot = tok.convert_tokens_to_ids(ChatFormat(tok).end_of_turn)
     out = []
     parts = {k: 0.0 for k in PARTS}
     with torch.no_grad():
@@ -138,7 +139,7 @@ def greedy_revisions(model, tok, episodes: list[list[dict]], max_new_tokens: int
     """How many contexts the model answers, greedily, with a revision turn."""
     import torch
 
-    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    eot = tok.convert_tokens_to_ids(ChatFormat(tok).end_of_turn)
     n = 0
     with torch.no_grad():
         for messages in episodes:

@@ -147,6 +147,13 @@ class ChatFormat:
         tail = full[len(done):] if turns else ""
         return turns, tail
 
+    @property
+    def end_of_turn(self) -> str:
+        """The special token that closes an assistant turn in this format
+        (Llama-3's <|eot_id|>, ChatML's <|im_end|>, Gemma's <end_of_turn>)."""
+        turns, _ = self.turns([{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}])
+        return turns[0][1][len("Hello."):]
+
     def encode(self, messages: list[dict], max_length: int) -> tuple[list[int], list[int]]:
         """(input_ids, labels) of one sample: answers of trained turns carry
         their own ids as labels, everything else -100; cut at ``max_length``."""

@@ -75,6 +75,7 @@ def test_the_cpu_trainer_and_the_export_counter_encode_what_inference_prompts(fa
     for sample, ex in zip(kept, data):
         assert check_turns(tok, family, sample["messages"], ex.ids, ex.labels) >= 1
         assert count(sample["messages"]) == len(ex.ids)                 # counted = encoded
+    assert ChatFormat(tok).end_of_turn == FAMILIES[family].end_of_turn
     first = tok(chat_prompt(tok, samples[0]["messages"][:2]), add_special_tokens=False)["input_ids"]
     assert data[0].ids[:len(first)] == first                          # no stray BOS or token before the chat
 
