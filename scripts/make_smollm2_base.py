@@ -80,11 +80,27 @@ def train(s: BaseSettings) -> dict:
                        general_data="", eta=0.0, epochs=s.epochs, lr=s.lr)
     stats = fine_tune(str(SMOLLM2_DIR), files, s.out, knobs, seed=0, threads=s.threads,
                       lora=Lora(rank=s.rank, alpha=2 * s.rank), adapter_dir=s.adapter)
-    shutil.copy(TASKS_FROM, Path(s.adapter) / "training_tasks.json")
-    atomic_write_json(Path(s.adapter) / "training_stats.json", {k: v for k, v in stats.items() if k != "losses"},
-                      indent=2)
-    atomic_write_json(Path(s.adapter) / "losses.json", stats["losses"], indent=None)
+    adapter = Path(s.adapter)
+    shutil.copy(TASKS_FROM, adapter / "training_tasks.json")
+    (adapter / "README.md").unlink(missing_ok=True)   # peft's model-card template; docs/models.md describes it
+    atomic_write_json(adapter / "training_stats.json", {k: v for k, v in stats.items() if k != "losses"}, indent=2)
+    atomic_write_json(adapter / "losses.json", stats["losses"], indent=None)
+    finish(Path(s.out), adapter, file_sha256(Path(s.out) / "model.safetensors"), stats["seconds"])
     return stats
+
+
+def finish(out: Path, adapter: Path, sha: str, seconds: float) -> str:
+    """The task list beside the weights (the loop refuses those tasks) and the
+    folder's provenance, written last: a folder with it is complete."""
+    shutil.copy(adapter / "training_tasks.json", out / "training_tasks.json")
+    want = json.loads((adapter / "adapter_record.json").read_text()).get(CHECKSUM)
+    note = ("weights identical to the trained model's" if sha == want else
+            f"weights differ in their last bits from the trained model's ({sha[:12]} vs {str(want)[:12]}: another "
+            "CPU or torch rounds the merge differently)")
+    atomic_write_json(out / DONE, {"adapter": str(adapter), "adapter_sha256": file_sha256(
+        adapter / "adapter_model.safetensors"), "base": str(SMOLLM2_DIR), "merged_sha256": sha,
+        "seconds": seconds, "checksum": note}, indent=2)
+    return note
 
 
 def apply(s: BaseSettings) -> tuple[str, bool]:
@@ -95,15 +111,7 @@ def apply(s: BaseSettings) -> tuple[str, bool]:
     get_model(SMOLLM2, SMOLLM2_DIR, CACHE_DIR)
     started = time.time()
     sha = apply_adapter(SMOLLM2_DIR, adapter, out)
-    shutil.copy(adapter / "training_tasks.json", out / "training_tasks.json")
-    want = json.loads((adapter / "adapter_record.json").read_text()).get(CHECKSUM)
-    note = ("weights identical to the trained model's" if sha == want else
-            f"weights differ in their last bits from the trained model's ({sha[:12]} vs {str(want)[:12]}: another "
-            "CPU or torch rounds the merge differently)")
-    atomic_write_json(out / DONE, {"adapter": str(adapter), "adapter_sha256": file_sha256(
-        adapter / "adapter_model.safetensors"), "base": str(SMOLLM2_DIR), "merged_sha256": sha,
-        "seconds": round(time.time() - started, 1), "checksum": note}, indent=2)
-    return note, True
+    return finish(out, adapter, sha, round(time.time() - started, 1)), True
 
 
 def main(argv: list[str] | None = None) -> int:
