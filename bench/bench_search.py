@@ -156,7 +156,8 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
     if args.backend == "vllm":
         enable_vllm_stats()
     started = time.perf_counter()
-    backend = make_backend(BackendSettings(backend=args.backend, dtype=args.dtype, hf_batch_size=args.hf_batch_size),
+    backend = make_backend(BackendSettings(backend=args.backend, dtype=args.dtype, hf_batch_size=args.hf_batch_size,
+                                           model_dir=args.model_dir),
                            seed=args.seed, max_model_len=args.max_token_length + args.max_new_tokens)
     start_s = time.perf_counter() - started
     if args.pin:   # after the engine exists: its processes keep their own binding
@@ -401,6 +402,7 @@ def compare_trees(a_dir: str, b_dir: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backend", default="hf", help="hf or vllm (default hf)")
+    p.add_argument("--model_dir", default=None, help="the model searched with (default: the bundled model)")
     p.add_argument("--dtype", default="float32", help="weights dtype (default float32)")
     p.add_argument("--tasks", type=int, default=8, help="train tasks, spread over the split (default 8)")
     p.add_argument("--itera", type=int, default=8)
