@@ -43,13 +43,16 @@ class BaseSettings:
     adapter: str = setting("models/smollm2-textcraft-base-adapter", help="the adapter folder (committed)")
     train: bool = setting(False, help="1: train the adapter anew instead of applying the committed one (default 0)")
     work: str = setting("work_dirs/smollm2_base", help="--train: where the training data goes")
-    variants: int = setting(1, help="--train: expert episodes per base task (1 = the task itself)")
+    variants: int = setting(2, help="--train: expert episodes per base task (1 = the task itself, 2 = and "
+                            "another draw of its distractor recipes)")
     verifier_every: int = setting(8, help="--train: keep every Nth verifier example (the base third gives 1,184)")
     epochs: int = setting(1, help="--train: epochs")
     lr: float = setting(1e-3, help="--train: peak learning rate (3%% warm-up, cosine)")
     rank: int = setting(16, help="--train: LoRA rank (alpha = 2 x rank)")
     max_length: int = setting(2048, help="--train: tokens per sample")
-    batch_size: int = setting(2, help="--train: samples per batch (x max_length tokens)")
+    batch_size: int = setting(1, help="--train: samples per batch (x max_length tokens)")
+    accumulate: int = setting(2, help="--train: batches per optimizer step (2 x 2,048 tokens in 1 x 2,048-token "
+                              "batches: the peak memory of one batch stays under 16 GB)")
     threads: int = setting(2, help="--train: torch threads")
 
 
@@ -76,7 +79,7 @@ def train(s: BaseSettings) -> dict:
     from agent_r.training.cpu import fine_tune
 
     files = training_data(s)
-    knobs = TrainKnobs(max_length=s.max_length, batch_size=s.batch_size, accumulative_counts=1, warmup_ratio=0.03,
+    knobs = TrainKnobs(max_length=s.max_length, batch_size=s.batch_size, accumulative_counts=s.accumulate, warmup_ratio=0.03,
                        general_data="", eta=0.0, epochs=s.epochs, lr=s.lr)
     stats = fine_tune(str(SMOLLM2_DIR), files, s.out, knobs, seed=0, threads=s.threads,
                       lora=Lora(rank=s.rank, alpha=2 * s.rank), adapter_dir=s.adapter)
