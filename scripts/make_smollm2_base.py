@@ -49,6 +49,8 @@ class BaseSettings:
     epochs: int = setting(1, help="--train: epochs")
     lr: float = setting(1e-3, help="--train: peak learning rate (3%% warm-up, cosine)")
     rank: int = setting(16, help="--train: LoRA rank (alpha = 2 x rank)")
+    full: bool = setting(False, help="--train: 1: fine-tune the projections fully and ship the rank-RANK truncated "
+                         "SVD of their change as the adapter (the fully trained model is kept in WORK/full)")
     max_length: int = setting(2048, help="--train: tokens per sample")
     batch_size: int = setting(1, help="--train: samples per batch (x max_length tokens)")
     accumulate: int = setting(2, help="--train: batches per optimizer step (2 x 2,048 tokens in 1 x 2,048-token "
@@ -82,7 +84,8 @@ def train(s: BaseSettings) -> dict:
     knobs = TrainKnobs(max_length=s.max_length, batch_size=s.batch_size, accumulative_counts=s.accumulate, warmup_ratio=0.03,
                        general_data="", eta=0.0, epochs=s.epochs, lr=s.lr)
     stats = fine_tune(str(SMOLLM2_DIR), files, s.out, knobs, seed=0, threads=s.threads,
-                      lora=Lora(rank=s.rank, alpha=2 * s.rank), adapter_dir=s.adapter)
+                      lora=Lora(rank=s.rank, alpha=s.rank if s.full else 2 * s.rank, full_then_svd=s.full),
+                      adapter_dir=s.adapter, full_dir=str(Path(s.work) / "full") if s.full else None)
     adapter = Path(s.adapter)
     shutil.copy(TASKS_FROM, adapter / "training_tasks.json")
     (adapter / "README.md").unlink(missing_ok=True)   # peft's model-card template; docs/models.md describes it

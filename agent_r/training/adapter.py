@@ -34,6 +34,7 @@ class Lora:
     rank: int = 16
     alpha: int = 32
     targets: tuple[str, ...] = field(default=LLAMA_PROJECTIONS)
+    full_then_svd: bool = False   # train the projections fully, ship their change's rank-``rank`` SVD (below)
 
     def wrap(self, model: Any) -> Any:
         """``model`` with trainable adapters on its projections, everything
@@ -45,6 +46,47 @@ class Lora:
         config = LoraConfig(r=self.rank, lora_alpha=self.alpha, target_modules=list(self.targets), lora_dropout=0.0,
                             bias="none", task_type="CAUSAL_LM")
         return get_peft_model(model, config)
+
+
+    def freeze_all_but_targets(self, model: Any) -> int:
+        """For ``full_then_svd``: only the target projections train (embeddings,
+        norms and the tied output head stay the pretrained ones, so the whole
+        change is in matrices an adapter can carry); returns the trainable count."""
+        trainable = 0
+        for name, p in model.named_parameters():
+            p.requires_grad = name.rsplit(".", 2)[-2] in self.targets
+            trainable += p.numel() if p.requires_grad else 0
+        return trainable
+
+    def from_delta(self, base_dir: str | Path, tuned: Any) -> tuple[Any, float]:
+        """A peft LoRA model on the pretrained base whose adapter is the
+        rank-``rank`` truncated SVD of each projection's change (tuned -
+        pretrained): B A = U_r S_r Vh_r / (alpha / rank). Why: a full fine-tune
+        of SmolLM2 generalised better than a LoRA-trained one on the same data
+        (docs/models.md), and its change is close to low rank, so shipping it
+        this way keeps the committed file small and ``apply_adapter``
+        unchanged. Returns (peft model, the share of the change's squared
+        Frobenius norm the kept ranks carry, over all projections)."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        wrapped = self.wrap(base)
+        scale = self.alpha / self.rank
+        kept = total = 0.0
+        with torch.no_grad():
+            for name, module in tuned.named_modules():
+                if name.rsplit(".", 1)[-1] not in self.targets:
+                    continue
+                layer = wrapped.base_model.model.get_submodule(name)
+                delta = module.weight.float() - layer.base_layer.weight
+                u, s, vh = torch.linalg.svd(delta, full_matrices=False)
+                root = s[:self.rank].sqrt()
+                layer.lora_A["default"].weight.copy_(root[:, None] * vh[:self.rank])
+                layer.lora_B["default"].weight.copy_(u[:, :self.rank] * root[None, :] / scale)
+                kept += float((s[:self.rank] ** 2).sum())
+                total += float((s ** 2).sum())
+        return wrapped, kept / total if total else 1.0
 
 
 def apply_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | Path) -> str:

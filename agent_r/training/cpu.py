@@ -252,7 +252,7 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
               threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
-              adapter_dir: str | None = None) -> dict:
+              adapter_dir: str | None = None, full_dir: str | None = None) -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
     at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
     model's own dtype; return the run's statistics. ``threads`` 0 = torch's
@@ -260,7 +260,10 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     the CPU has native bf16 (module docstring). With ``lora``
     (``agent_r.training.adapter.Lora``) only a low-rank adapter trains; it is
     written to ``adapter_dir`` and merged into the model written to
-    ``out_dir`` by ``apply_adapter``, the way a fresh clone rebuilds it."""
+    ``out_dir`` by ``apply_adapter``, the way a fresh clone rebuilds it.
+    With ``lora.full_then_svd`` the projections train fully and the adapter
+    is their change's truncated SVD; ``full_dir`` then also keeps the fully
+    trained model, to measure what the truncation costs."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -278,21 +281,29 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)   # fp32 master weights
     if lora is not None and not adapter_dir:
         raise UsageError("LoRA training needs the folder its adapter goes to (adapter_dir)")
-    wrapped = lora.wrap(model) if lora is not None else None
+    svd = lora is not None and lora.full_then_svd
+    trainable = lora.freeze_all_but_targets(model) if svd else 0
+    wrapped = lora.wrap(model) if lora is not None and not svd else None
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
     model.eval()
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
     extra: dict = {}
-    if wrapped is not None:
+    if lora is not None:
         from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
 
         record = {**lora_record(lora), "base": str(model_dir), "data_files": [str(f) for f in data_files]}
+        if svd:
+            if full_dir:
+                save_model(model, Path(model_dir), Path(full_dir))
+            wrapped, kept = lora.from_delta(model_dir, model)
+            record["svd_energy_kept"] = extra["svd_energy_kept"] = round(kept, 4)
+        else:
+            trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
         save_adapter(wrapped, Path(adapter_dir), record)
         record_checksum(Path(adapter_dir), apply_adapter(model_dir, adapter_dir, out_dir))
-        extra = {"adapter": str(adapter_dir), "trainable_parameters": sum(
-            p.numel() for p in wrapped.parameters() if p.requires_grad)}
+        extra.update({"adapter": str(adapter_dir), "trainable_parameters": trainable})
     else:
         save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir),
                    dtype_name=saved)

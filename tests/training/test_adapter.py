@@ -42,6 +42,43 @@ def test_a_lora_run_writes_an_adapter_that_rebuilds_the_trained_model(tmp_path):
     assert greedy_turn(str(tmp_path / "rebuilt"), "chatml") == (SAMPLE[-1]["content"], True)
 
 
+def test_a_full_run_ships_its_change_as_a_truncated_svd_adapter(tmp_path):
+    """Only the projections train; at full rank the SVD adapter carries the
+    whole change (the rebuilt model's weights equal the fully trained ones up
+    to the adapter's bf16 rounding); at a low rank it keeps a measured share."""
+    import torch
+    from safetensors.torch import load_file
+
+    base = build_family_model(tmp_path / "base", "chatml", hidden=64)
+    data = tmp_path / "one.json"
+    data.write_text(json.dumps([{"messages": SAMPLE}]))
+    knobs = TrainKnobs(lr=3e-3, epochs=30, batch_size=1, accumulative_counts=1, warmup_ratio=0.0, max_length=512,
+                       general_data="", eta=0.0)
+    runs = {}
+    for rank in (64, 2):
+        out = tmp_path / f"r{rank}"
+        stats = fine_tune(base, [str(data)], str(out / "tuned"), knobs, threads=1,
+                          lora=Lora(rank=rank, alpha=rank, full_then_svd=True), adapter_dir=str(out / "adapter"),
+                          full_dir=str(out / "full"))
+        runs[rank] = stats
+        # q, k, v, o (64 x 64) and gate, up, down (64 x 128) of 2 layers, trained fully
+        assert stats["trainable_parameters"] == 2 * (4 * 64 * 64 + 3 * 64 * 128)
+        assert json.loads((out / "adapter" / "adapter_record.json").read_text())[CHECKSUM] == file_sha256(
+            out / "tuned" / "model.safetensors")
+    assert runs[64]["svd_energy_kept"] == 1.0 and 0.0 < runs[2]["svd_energy_kept"] < 1.0
+    full, rebuilt, pretrained = (load_file(p) for p in (
+        tmp_path / "r64" / "full" / "model.safetensors", tmp_path / "r64" / "tuned" / "model.safetensors",
+        Path(base) / "model.safetensors"))
+    for name, weight in full.items():
+        if name.endswith("q_proj.weight") or name.endswith("down_proj.weight"):
+            change = (weight.float() - pretrained[name].float()).norm()
+            assert change > 0
+            assert (rebuilt[name].float() - weight.float()).norm() < 0.05 * change
+        elif "norm" in name or "embed" in name:
+            assert torch.equal(weight, pretrained[name])                  # frozen: nothing else changed
+    assert greedy_turn(str(tmp_path / "r64" / "tuned"), "chatml") == (SAMPLE[-1]["content"], True)
+
+
 def test_a_folder_without_an_adapter_gets_one_line(tmp_path):
     base = build_family_model(tmp_path / "base", "chatml")
     with pytest.raises(UsageError, match="is not a LoRA adapter folder"):
