@@ -61,11 +61,11 @@ class Lora:
     def from_delta(self, base_dir: str | Path, tuned: Any) -> tuple[Any, float]:
         """A peft LoRA model on the pretrained base whose adapter is the
         rank-``rank`` truncated SVD of each projection's change (tuned -
-        pretrained): B A = U_r S_r Vh_r / (alpha / rank). Why: a full fine-tune
-        of SmolLM2 generalised better than a LoRA-trained one on the same data
-        (docs/models.md), and its change is close to low rank, so shipping it
-        this way keeps the committed file small and ``apply_adapter``
-        unchanged. Returns (peft model, the share of the change's squared
+        pretrained): B A = U_r S_r Vh_r / (alpha / rank). Why: it lets a full
+        fine-tune be compared with an adapter on equal terms, and shipped in
+        a committable size with ``apply_adapter`` unchanged, when the full
+        model is the better one (for the SmolLM2 base it was not:
+        docs/models.md). Returns (peft model, the share of the change's squared
         Frobenius norm the kept ranks carry, over all projections)."""
         import torch
         from transformers import AutoModelForCausalLM
