@@ -54,7 +54,8 @@ log = logging.getLogger("bench_search")
 COLUMNS = [("label", "run"), ("load", "load (1 min, start/end)"), ("trees", "trees"), ("samples", "samples"),
            ("wall_s", "search s"), ("start_s", "engine start s"), ("samples_per_s", "samples/s"),
            ("trees_per_hour", "trees/h"), ("samples_per_cpu_s", "samples/CPU-s"), ("gen_pct", "generation %"),
-           ("prompt_pct", "of which prompts %"),
+           ("prompt_pct", "of which prompts %"), ("ceiling_samples_per_s", "engine alone samples/s"),
+           ("search_vs_ceiling_pct", "search / engine alone %"),
            ("env_pct", "env %"), ("driver_pct", "driver %"), ("prefix_hit_pct", "prefix-cache hits %"),
            ("env_requests", "env requests"), ("env_steps", "env steps"), ("cpu", "CPU s driver/engine/env")]
 
@@ -164,6 +165,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         os.sched_setaffinity(0, {0})
 
     generation, prompts, env = Intervals(), Intervals(), Intervals()
+    calls: list = []
+    if args.ceiling:
+        backend.generate = recorded(backend.generate, calls)
     backend.generate = generation.wrap(backend.generate)
     if hasattr(backend, "_prompt_ids"):
         backend._prompt_ids = prompts.wrap(backend._prompt_ids)
@@ -205,12 +209,44 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
         "threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto"),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
     }
+    if args.ceiling:
+        row.update(engine_ceiling(backend, calls))
+        row["search_vs_ceiling_pct"] = round(100 * (samples / wall) / row["ceiling_samples_per_s"])
     backend.close()
     if server is not None:
         from tests.support.env_fixtures import stop_server
 
         stop_server(server)
     return finish(row)
+
+
+def recorded(generate, calls: list):
+    """``generate`` that also keeps every call's (requests, sampling), for the ceiling."""
+    def keep(requests, sampling):
+        calls.append((list(requests), sampling))
+        return generate(requests, sampling)
+    return keep
+
+
+def engine_ceiling(backend, calls: list) -> dict[str, Any]:
+    """The search's own generation requests (same prompts, n, seeds and
+    sampling) sent again as one batch per sampling setting, with nothing
+    else running: the samples/s the engine gives when it never waits for the
+    search, the env server or a small batch. vLLM's prefix cache is emptied
+    first, so the search's own cached prompts do not make the ceiling look
+    higher; within the batch prompts still share prefixes, as in the search."""
+    llm = getattr(backend, "llm", None)
+    if llm is not None and hasattr(llm, "reset_prefix_cache"):
+        llm.reset_prefix_cache()
+    groups: dict[Any, list] = {}
+    for requests, sampling in calls:
+        groups.setdefault(sampling, []).extend(requests)
+    samples, start = 0, time.perf_counter()
+    for sampling, requests in groups.items():
+        samples += sum(len(r) for r in backend.generate(requests, sampling) if isinstance(r, list))
+    wall = time.perf_counter() - start
+    return {"ceiling_samples": samples, "ceiling_s": round(wall, 1),
+            "ceiling_samples_per_s": round(samples / wall, 1) if wall else None}
 
 
 def finish(row: dict[str, Any]) -> dict[str, Any]:
@@ -418,6 +454,8 @@ def main() -> None:
     p.add_argument("--no_replay", action="store_true", help="replay with reset + step requests (no POST /replay)")
     p.add_argument("--pin", action="store_true", help="vllm: engine threads on core 1 (VLLM_CPU_OMP_THREADS_BIND=1), "
                    "env server and driver on core 0")
+    p.add_argument("--ceiling", action="store_true", help="after the search, send its generation requests again "
+                   "as one batch: the engine's pure-generation samples/s, and the search's share of it")
     p.add_argument("--shards", type=int, default=1, help="processes, shard i's engine on core i (default 1)")
     p.add_argument("--shard_index", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--num_shards", type=int, default=1, help=argparse.SUPPRESS)
