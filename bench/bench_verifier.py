@@ -99,11 +99,11 @@ def load_test_trees(folder: Path) -> list[tuple[int, object]]:
     return trees
 
 
-def judge(trees, model_dir: str, batch: int) -> tuple[list[dict], list[dict]]:
+def judge(trees, model_dir: str, batch: int, backend_name: str = "hf") -> tuple[list[dict], list[dict]]:
     """(one record per distinct step, one per leaf path), judged in one verify_paths call."""
     settings = PathSettings(task="textcraft", max_token_length=DEMO_MAX_TOKEN_LENGTH, max_new_tokens=DEMO_MAX_NEW_TOKENS,
                             verifier_temperature=0.0,
-                            backend=BackendSettings(backend="hf", model_dir=model_dir, hf_batch_size=batch))
+                            backend=BackendSettings(backend=backend_name, model_dir=model_dir, hf_batch_size=batch))
     cfg = settings.revision_config()
     jobs, owners = [], []
     for idx, root in trees:
@@ -171,6 +171,8 @@ def main() -> int:
     parser.add_argument("--trees", default=None, help="a folder of test-task trees to judge instead of episodes")
     parser.add_argument("--out", default="work_dirs/bench_verifier")
     parser.add_argument("--hf_batch_size", type=int, default=32)
+    parser.add_argument("--backend", default="hf", help="the verifier's backend: hf (default) or vllm (run it with "
+                        ".venv-vllm/bin/python)")
     args = parser.parse_args()
     out = Path(args.out)
     started = time.time()
@@ -179,7 +181,7 @@ def main() -> int:
     else:
         trees = episode_trees(Path(args.episodes) if args.episodes else sample_test_episodes(args.model_dir, out))
     searched = time.time()
-    steps, paths = judge(trees, args.model_dir, args.hf_batch_size)
+    steps, paths = judge(trees, args.model_dir, args.hf_batch_size, args.backend)
     table, figures = report(steps, paths, get_env("textcraft").alpha)
     figures.update(sample_s=round(searched - started, 1), judge_s=round(time.time() - searched, 1))
     atomic_write_json(out / "bench_verifier.json", figures)
