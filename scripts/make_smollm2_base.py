@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import shutil
 import subprocess
 import sys
@@ -73,8 +74,19 @@ def training_data(s: BaseSettings) -> list[str]:
     for source, every in ((policy, 1), (verifier, s.verifier_every)):     # the trainers read a JSON list
         rows = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
         lists.append(work / f"{source.stem}.json")
-        atomic_write_json(lists[-1], [{"messages": r["messages"]} for r in rows[::every]], indent=None)
+        atomic_write_json(lists[-1], [{"messages": r["messages"]} for r in one_in(rows, every)], indent=None)
     return [str(f) for f in lists]
+
+
+def one_in(rows: list, every: int, seed: int = 0) -> list:
+    """A seeded sample of one row in ``every``, in file order. Not
+    ``rows[::every]``: make_verifier_data writes each plan's judgements in a
+    fixed pattern, and every 8th row of it was a Good one (148 of 148), which
+    taught the committed base's verifier to answer Good to everything."""
+    if every <= 1:
+        return rows
+    keep = sorted(random.Random(seed).sample(range(len(rows)), len(rows) // every))
+    return [rows[i] for i in keep]
 
 
 def train(s: BaseSettings) -> dict:
