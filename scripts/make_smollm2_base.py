@@ -46,7 +46,8 @@ class BaseSettings:
     work: str = setting("work_dirs/smollm2_base", help="--train: where the training data goes")
     variants: int = setting(2, help="--train: expert episodes per base task (1 = the task itself, 2 = and "
                             "another draw of its distractor recipes)")
-    verifier_every: int = setting(8, help="--train: keep every Nth verifier example (the base third gives 1,184)")
+    verifier_every: int = setting(8, help="--train: keep one in N verifier examples, a seeded random sample (the "
+                                  "base third gives 1,184)")
     epochs: int = setting(1, help="--train: epochs")
     lr: float = setting(1e-3, help="--train: peak learning rate (3%% warm-up, cosine)")
     rank: int = setting(16, help="--train: LoRA rank (alpha = 2 x rank)")
