@@ -58,6 +58,8 @@ class BaseSettings:
     accumulate: int = setting(2, help="--train: batches per optimizer step (2 x 2,048 tokens in 1 x 2,048-token "
                               "batches: the peak memory of one batch stays under 16 GB)")
     threads: int = setting(2, help="--train: torch threads")
+    device: str = setting("cpu", help="--train: cpu, or cuda to train on a GPU (bf16 autocast; the adapter is saved "
+                          "and merged on the CPU as always)")
 
 
 def training_data(s: BaseSettings) -> list[str]:
@@ -98,7 +100,8 @@ def train(s: BaseSettings) -> dict:
                        general_data="", eta=0.0, epochs=s.epochs, lr=s.lr)
     stats = fine_tune(str(SMOLLM2_DIR), files, s.out, knobs, seed=0, threads=s.threads,
                       lora=Lora(rank=s.rank, alpha=s.rank if s.full else 2 * s.rank, full_then_svd=s.full),
-                      adapter_dir=s.adapter, full_dir=str(Path(s.work) / "full") if s.full else None)
+                      adapter_dir=s.adapter, full_dir=str(Path(s.work) / "full") if s.full else None,
+                      device=s.device)
     adapter = Path(s.adapter)
     shutil.copy(TASKS_FROM, adapter / "training_tasks.json")
     (adapter / "README.md").unlink(missing_ok=True)   # peft's model-card template; docs/models.md describes it

@@ -139,11 +139,14 @@ def batch_loss(model: Any, batch: list[Example], pad_id: int) -> tuple[Any, int]
         ids[i, :n] = torch.tensor(ex.ids[skip:])
         labels[i, :n] = torch.tensor(ex.labels[skip:])
         mask[i, skip:skip + n] = 1
+    device = model.lm_head.weight.device
+    ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
     cache = None
     if skip:
-        cache = model.model(input_ids=torch.tensor([batch[0].ids[:skip]]), use_cache=True).past_key_values
+        cache = model.model(input_ids=torch.tensor([batch[0].ids[:skip]], device=device),
+                            use_cache=True).past_key_values
         cache.batch_repeat_interleave(len(batch))
-    positions = torch.arange(skip, skip + q).unsqueeze(0).expand(len(batch), q)
+    positions = torch.arange(skip, skip + q, device=device).unsqueeze(0).expand(len(batch), q)
     hidden = model.model(input_ids=ids, attention_mask=mask, past_key_values=cache, position_ids=positions,
                          use_cache=cache is not None).last_hidden_state
     # position t predicts token t+1; the first suffix token is never trained (common_prefix)
@@ -215,12 +218,14 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
 
     opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
 
+    device = model.lm_head.weight.device.type
+
     def loss_of(batch: list[Example]) -> tuple[Any, int]:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16_autocast):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16_autocast):
             return batch_loss(model, batch, pad_id)
 
     return train_steps(model, steps, loss_of, opt, lambda n: lr_at(n, len(steps), knobs), len(steps),
-                       "fine-tune (cpu, bf16 autocast)" if bf16_autocast else "fine-tune (cpu)")
+                       f"fine-tune ({device}, bf16 autocast)" if bf16_autocast else f"fine-tune ({device})")
 
 
 def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
@@ -252,7 +257,7 @@ def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = No
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
               threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
-              adapter_dir: str | None = None, full_dir: str | None = None) -> dict:
+              adapter_dir: str | None = None, full_dir: str | None = None, device: str = "cpu") -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
     at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
     model's own dtype; return the run's statistics. ``threads`` 0 = torch's
@@ -263,7 +268,10 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     ``out_dir`` by ``apply_adapter``, the way a fresh clone rebuilds it.
     With ``lora.full_then_svd`` the projections train fully and the adapter
     is their change's truncated SVD; ``full_dir`` then also keeps the fully
-    trained model, to measure what the truncation costs."""
+    trained model, to measure what the truncation costs. ``device="cuda"``
+    runs the same loop on a GPU (bf16 autocast for a bf16 model, fp32
+    master weights), for recipe sweeps; the model comes back to the CPU
+    before it is saved or merged, so what is written does not depend on it."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -277,8 +285,8 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     if not data:
         raise UsageError(f"{', '.join(data_files)}: no sample has a trained token")
     own = model_dtype(model_dir) or "float32"
-    autocast = own == "bfloat16" and cpu_bf16()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)   # fp32 master weights
+    autocast = own == "bfloat16" and (device != "cpu" or cpu_bf16())
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)   # fp32 master weights
     if lora is not None and not adapter_dir:
         raise UsageError("LoRA training needs the folder its adapter goes to (adapter_dir)")
     svd = lora is not None and lora.full_then_svd
@@ -287,7 +295,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
-    model.eval()
+    model.to("cpu").eval()
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
     extra: dict = {}
     if lora is not None:
@@ -312,7 +320,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
              "losses": [round(x, 4) for x in losses],
-             "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
+             "device": device, "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
              "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}, **extra}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])
