@@ -70,6 +70,16 @@ export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
 unset VARIANTS
+# e.g. good=1,eto=1: those variants stop after iteration 1 (iterate.py reads it too)
+export VARIANT_ITERATIONS=${VARIANT_ITERATIONS:-}
+# The last iteration of variant $1 (VARIANT_ITERATIONS, else ITERATIONS).
+last_iteration() {
+  local item
+  for item in ${VARIANT_ITERATIONS//,/ }; do
+    [ "${item%%=*}" = "$1" ] && { echo "${item#*=}"; return; }
+  done
+  echo "$ITERATIONS"
+}
 
 ROOT="$RUNS/$NAME"
 LOGS="$ROOT/logs"
@@ -86,14 +96,20 @@ SPLIT="$ROOT/train_tasks.json"
 
 # General data (the paper's ShareGPT at ETA): the base model's own training data,
 # rebuilt from the tasks its training_tasks.json lists (policy and verifier rows).
+# The SmolLM2 base (make smollm2-base) rebuilds its own recipe's rows instead.
 if [ -z "${GENERAL_DATA+set}" ]; then
   GEN="$ROOT/general_data"
   TAUGHT=base
   [ -f "$MODEL_DIR/training_tasks.json" ] && TAUGHT="$MODEL_DIR/training_tasks.json"
   mkdir -p "$GEN"
-  [ -f "$GEN/policy.jsonl" ] || "$PY" -m scripts.make_expert_data --tasks "$TAUGHT" --out "$GEN/policy.jsonl"
-  [ -f "$GEN/verifier.jsonl" ] || "$PY" -m scripts.make_verifier_data --tasks "$TAUGHT" --out "$GEN/verifier.jsonl"
-  GENERAL_DATA="$GEN/policy.jsonl,$GEN/verifier.jsonl"
+  if [ -f "$MODEL_DIR/base_provenance.json" ]; then
+    [ -f "$GEN/verifier_all.json" ] || "$PY" -m scripts.make_smollm2_base --data_only 1 --work "$GEN" --tokenizer "$MODEL_DIR" > /dev/null
+    GENERAL_DATA="$GEN/policy.json,$GEN/verifier_all.json"
+  else
+    [ -f "$GEN/policy.jsonl" ] || "$PY" -m scripts.make_expert_data --tasks "$TAUGHT" --out "$GEN/policy.jsonl"
+    [ -f "$GEN/verifier.jsonl" ] || "$PY" -m scripts.make_verifier_data --tasks "$TAUGHT" --out "$GEN/verifier.jsonl"
+    GENERAL_DATA="$GEN/policy.jsonl,$GEN/verifier.jsonl"
+  fi
 fi
 export GENERAL_DATA
 
@@ -142,6 +158,7 @@ for ((k = 1; k <= ITERATIONS; k++)); do
   echo "== $k: iteration $k of each variant ($VARIANT_LIST)"
   pids=()
   for v in ${VARIANT_LIST//,/ }; do
+    [ "$(last_iteration "$v")" -ge "$k" ] || continue
     if [ "$PARALLEL" = 1 ]; then
       ITERATIONS=$k VARIANTS=$v "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_$v.log" 2>&1 & pids+=($!)
     else

@@ -6,6 +6,7 @@ CPU trainer (bf16 autocast where the CPU has it; ``--device cuda`` on a GPU).
 
     make smollm2-base                               # apply the committed adapter (seconds)
     python -m scripts.make_smollm2_base --train 1   # rebuild the adapter from scratch (docs/models.md)
+    python -m scripts.make_smollm2_base --data_only 1 --work DIR   # its training data only (general data)
 
 Applying: ``make smollm2`` fetches SmolLM2, then the adapter in
 models/smollm2-textcraft-base-adapter is merged into it and written to
@@ -43,7 +44,11 @@ class BaseSettings:
                        "models/smollm2-textcraft-base)")
     adapter: str = setting("models/smollm2-textcraft-base-adapter", help="the adapter folder (committed)")
     train: bool = setting(False, help="1: train the adapter anew instead of applying the committed one (default 0)")
-    work: str = setting("work_dirs/smollm2_base", help="--train: where the training data goes")
+    work: str = setting("work_dirs/smollm2_base", help="--train, --data_only: where the training data goes")
+    tokenizer: str = setting(str(SMOLLM2_DIR), help="--train, --data_only: the model folder whose tokenizer sizes the "
+                             "verifier prompts (default: SmolLM2's; the base has the same)")
+    data_only: bool = setting(False, help="1: only write the base's training data (policy.json, verifier_all.json: the kept 1 in N) "
+                              "under WORK, as the self-training loop's general data (default 0)")
     variants: int = setting(2, help="--train: expert episodes per base task (1 = the task itself, 2 = and "
                             "another draw of its distractor recipes)")
     verifier_every: int = setting(8, help="--train: keep one in N verifier examples, a seeded random sample (the "
@@ -72,7 +77,7 @@ def training_data(s: BaseSettings) -> list[str]:
     run = [sys.executable, "-m"]
     subprocess.run(run + ["scripts.make_expert_data", "--tasks", str(TASKS_FROM), "--variants", str(s.variants),
                           "--renamed", "0", "--out", str(policy)], check=True, cwd=ROOT)
-    subprocess.run(run + ["scripts.make_verifier_data", "--tasks", str(TASKS_FROM), "--tokenizer", str(SMOLLM2_DIR),
+    subprocess.run(run + ["scripts.make_verifier_data", "--tasks", str(TASKS_FROM), "--tokenizer", s.tokenizer,
                           "--out", str(verifier)], check=True, cwd=ROOT)
     lists = []
     for source, every in ((policy, 1), (verifier, s.verifier_every)):     # the trainers read a JSON list
@@ -139,6 +144,9 @@ def apply(s: BaseSettings) -> tuple[str, bool]:
 
 def main(argv: list[str] | None = None) -> int:
     s = parse(BaseSettings, argv, description=__doc__, prog="python -m scripts.make_smollm2_base")
+    if s.data_only:
+        print(",".join(training_data(s)))
+        return EXIT_OK
     if s.train:
         get_model(SMOLLM2, SMOLLM2_DIR, CACHE_DIR)
         stats = train(s)

@@ -198,7 +198,7 @@ def check_wait_reply(s: IterateSettings, layout: Layout) -> None:
 
 
 def stage_count(s: IterateSettings) -> int:
-    return 1 + s.iterations * len(s.variant_list) * STAGES_PER_ITERATION
+    return 1 + sum(s.last_iteration.values()) * STAGES_PER_ITERATION
 
 
 def run(s: IterateSettings) -> LoopResult:
@@ -216,7 +216,7 @@ def run(s: IterateSettings) -> LoopResult:
             loop.base_row()
             write_results(s, layout, loop.rows, trainer)
             for k in range(1, s.iterations + 1):
-                for variant in s.variant_list:
+                for variant in s.variants_at(k):
                     loop.iteration_row(k, variant)
                     write_results(s, layout, loop.rows, trainer)
     except StageIncomplete as exc:

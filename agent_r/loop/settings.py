@@ -41,6 +41,9 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
                             "pairs of the same trees, agent_r/loop/trl_stages.py) (default agent-r)")
     iterations: int = setting(3, env="ITERATIONS", minimum=0, help="self-training iterations after the base "
                               "model's evaluation (default 3, the paper's)")
+    variant_iterations: str = setting("", env="VARIANT_ITERATIONS", help="comma-separated variant=N: stop that "
+                                      "variant after iteration N, e.g. good=1,eto=1 for the baselines in "
+                                      "iteration 1 only (default: every variant runs ITERATIONS)")
     train_from: str = setting("previous", env="TRAIN_FROM", choices=("previous", "base"),
                               help="previous: model_k = model_{k-1} fine-tuned on iteration k's data; base: the "
                               "base model fine-tuned on iterations 1..k pooled (default previous)")
@@ -101,6 +104,14 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
         if bad or not self.variant_list:
             raise UsageError(f"VARIANTS={self.variants!r}: unknown variant {bad[0] if bad else '(none)'!r}; "
                              f"choose from {', '.join(VARIANTS)} (comma-separated)")
+        self.last_iteration = {v: self.iterations for v in self.variant_list}
+        for item in filter(None, (x.strip() for x in self.variant_iterations.split(","))):
+            variant, _, n = (x.strip() for x in item.partition("="))
+            if variant not in VARIANTS or not n.isdigit():
+                raise UsageError(f"VARIANT_ITERATIONS={self.variant_iterations!r}: {item!r} is not variant=N with a "
+                                 f"variant of {', '.join(VARIANTS)}; e.g. good=1,eto=1")
+            if variant in self.last_iteration:    # one setting serves runs of fewer VARIANTS too
+                self.last_iteration[variant] = min(int(n), self.iterations)
         if self.split_file is not None and len(self.tasks) > 1:
             raise UsageError(f"--split_file lists the tasks of one environment, but TASK={self.task!r} names "
                              f"{len(self.tasks)}: run without it, or one TASK")
@@ -113,6 +124,10 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
         # fills it when it drops the base model's own training tasks)
         self.search_split: dict[str, str] = {}
         self.search_tasks: dict[str, dict] = {}   # what was left out of the search, for results.json
+
+    def variants_at(self, k: int) -> list[str]:
+        """The variants that run iteration ``k`` (VARIANT_ITERATIONS)."""
+        return [v for v in self.variant_list if k <= self.last_iteration[v]]
 
     def alpha_for(self, task: str, k: int) -> float:
         """ALPHA of iteration ``k`` for ``task``: the k-th of a comma list, the

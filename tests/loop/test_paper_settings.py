@@ -145,3 +145,44 @@ def test_general_data_is_the_models_own_conversations_mixed_at_eta(base_model, t
     assert train["trainer"] == "cpu" and train["agent_samples"] == result.rows[1]["data"]["train_samples"] > 0
     assert train["general_samples"] == round(0.5 * train["agent_samples"])
     assert train["epochs"] == 1 and train["lr"] == 1e-3   # SMALL's EPOCHS and LR
+
+
+# --------------------------------------------------------------------------- baselines in iteration 1 only
+
+def test_variant_iterations_stop_the_named_variants_early():
+    s = parse(IterateSettings, [], {"VARIANTS": "agent-r,direct,good,eto", "ITERATIONS": "3",
+                                    "VARIANT_ITERATIONS": "good=1, eto=2"})
+    s.finish()
+    assert [s.variants_at(k) for k in (1, 2, 3)] == [["agent-r", "direct", "good", "eto"],
+                                                      ["agent-r", "direct", "eto"], ["agent-r", "direct"]]
+    unset = parse(IterateSettings, [], {"VARIANTS": "agent-r,good", "ITERATIONS": "2"})
+    unset.finish()
+    assert unset.variants_at(2) == ["agent-r", "good"]
+    one = parse(IterateSettings, [], {"VARIANTS": "agent-r", "ITERATIONS": "2", "VARIANT_ITERATIONS": "good=1"})
+    one.finish()                               # what reproduce_paper.sh's per-variant runs see
+    assert one.variants_at(2) == ["agent-r"]
+    assert manifest_config(s)["variant_iterations"] == "good=1, eto=2"
+
+
+@pytest.mark.parametrize("value", ["good", "good=x", "best=1", "good=-1"])
+def test_a_bad_variant_iterations_is_one_clear_line(value):
+    with pytest.raises(UsageError) as exc:
+        parse(IterateSettings, [], {"VARIANTS": "agent-r,good", "VARIANT_ITERATIONS": value}).finish()
+    assert "VARIANT_ITERATIONS" in str(exc.value) and "variant=N" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_loop_runs_a_stopped_variant_only_up_to_its_iteration(small_env, tmp_path, monkeypatch):
+    """The runner asks for no row past a variant's last iteration, and its
+    progress bar counts only the stages that will run."""
+    from agent_r.loop import runner
+
+    played, totals = [], []
+    monkeypatch.setattr(runner.Loop, "base_row", lambda self: None)
+    monkeypatch.setattr(runner.Loop, "iteration_row", lambda self, k, v: played.append((k, v)))
+    monkeypatch.setattr(runner, "write_results", lambda *a, **k: None)
+    real_tqdm = runner.tqdm
+    monkeypatch.setattr(runner, "tqdm", lambda total, unit: totals.append(total) or real_tqdm(total=total, unit=unit))
+    env = {**small_env, "VARIANTS": "agent-r,good", "ITERATIONS": "2", "VARIANT_ITERATIONS": "good=1"}
+    run(settings_for(env, FLAGS + ["--name", "stopped", "--runs_dir", str(tmp_path)]))
+    assert played == [(1, "agent-r"), (1, "good"), (2, "agent-r")]
+    assert totals == [1 + 3 * runner.STAGES_PER_ITERATION]

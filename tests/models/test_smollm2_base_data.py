@@ -30,3 +30,22 @@ def test_one_in_eight_verifier_rows_keep_the_files_mix_of_judgements(tmp_path):
         assert abs(sample[kind] / len(picked) - whole[kind] / len(rows)) < 0.1
     assert one_in(rows, 1) == rows
     assert [verdict(r) for r in rows[::8]].count("Good") > 0.9 * len(rows[::8])   # why a strided slice fails
+
+
+def test_data_only_writes_the_bases_own_recipe_as_the_loops_general_data(tmp_path, capsys):
+    """bench/reproduce_paper.sh replays the SmolLM2 base's own training rows at
+    ETA: two expert episodes per taught task and the seeded 1 in 8 verifier
+    rows, sized by the base's tokenizer (a tiny ChatML one here)."""
+    from scripts.make_smollm2_base import main
+    from tests.support.chat_families import build_family_model
+
+    model = build_family_model(tmp_path / "chatml", "chatml")
+    work = tmp_path / "general"
+    assert main(["--data_only", "1", "--work", str(work), "--tokenizer", model]) == 0
+    files = capsys.readouterr().out.strip().split(",")
+    assert files == [str(work / "policy.json"), str(work / "verifier_all.json")]
+    policy, verifier = (json.loads(Path(f).read_text()) for f in files)
+    assert len(policy) == 2 * len(json.loads(TASKS_FROM.read_text())["policy"])
+    every = [json.loads(line) for line in (work / "verifier_all.jsonl").read_text().splitlines() if line.strip()]
+    assert verifier == [{"messages": r["messages"]} for r in one_in(every, 8)]
+    assert all(any(m["role"] == "assistant" for m in r["messages"]) for r in policy + verifier)
