@@ -47,8 +47,8 @@ class BaseSettings:
     work: str = setting("work_dirs/smollm2_base", help="--train, --data_only: where the training data goes")
     tokenizer: str = setting(str(SMOLLM2_DIR), help="--train, --data_only: the model folder whose tokenizer sizes the "
                              "verifier prompts (default: SmolLM2's; the base has the same)")
-    data_only: bool = setting(False, help="1: only write the base's training data (policy.json, verifier_all.json: the kept 1 in N) "
-                              "under WORK, as the self-training loop's general data (default 0)")
+    data_only: bool = setting(False, help="1: only write the base's training data (policy.json, verifier_all.json: "
+                              "the kept 1 in N) under WORK, as the self-training loop's general data (default 0)")
     variants: int = setting(2, help="--train: expert episodes per base task (1 = the task itself, 2 = and "
                             "another draw of its distractor recipes)")
     verifier_every: int = setting(8, help="--train: keep one in N verifier examples, a seeded random sample (the "
