@@ -17,7 +17,15 @@
 #   bash bench/reproduce_paper.sh                          # the full run (many hours on 2 cores)
 #   TRAIN_TASKS=2 EVAL_LIMIT=3 ITERATIONS=1 ITERA=1 NAME=smoke bash bench/reproduce_paper.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# bash reads a script while it runs it, so an edit of this file would derail a run of
+# many hours: run a private copy (cwd: the repository), unlinked once bash has it open
+if [ -z "${REPRODUCE_COPY:-}" ]; then
+  cd "$(dirname "$0")/.."
+  copy=$(mktemp "${TMPDIR:-/tmp}/reproduce_paper.XXXXXX")
+  cp bench/reproduce_paper.sh "$copy"
+  REPRODUCE_COPY=$copy exec bash "$copy" "$@"
+fi
+rm -f "$REPRODUCE_COPY"
 
 # vLLM's CPU build (make setup-vllm) when it is there: ~10x the hf path's search speed (docs/backends.md)
 PY=${PY:-$([ -x .venv-vllm/bin/python ] && echo .venv-vllm/bin/python || echo .venv/bin/python)}
@@ -161,7 +169,8 @@ ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval_rest.log" 2>
 copy_results 0
 
 for ((k = 1; k <= ITERATIONS; k++)); do
-  echo "== $k: iteration $k of each variant ($VARIANT_LIST)"
+  running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$k" ] || printf '%s ' "$v"; done)
+  echo "== $k: iteration $k of ${running% }"
   pids=()
   for v in ${VARIANT_LIST//,/ }; do
     [ "$(last_iteration "$v")" -ge "$k" ] || continue

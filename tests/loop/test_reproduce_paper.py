@@ -70,3 +70,21 @@ def test_its_loop_flags_parse():
                         "--split_file": "t.json", "--exploration_c": "0.25"}.get(flag, "7")]
     s = parse(IterateSettings, args, {})
     assert s.revise_max_steps == 7 and s.eval_max_steps == 7 and s.revise_limit == 7
+
+
+def test_it_runs_from_a_private_copy_that_it_removes(tmp_path):
+    """bash reads a script as it goes, so the hours-long run executes a copy
+    (an edit of bench/reproduce_paper.sh mid-run would otherwise derail it);
+    the copy is unlinked at once, and the checks still run in the repository."""
+    import os
+    import subprocess
+
+    copies = tmp_path / "tmp"
+    copies.mkdir()
+    env = {**os.environ, "TMPDIR": str(copies), "RUNS": str(tmp_path / "runs"), "MODEL_DIR": str(tmp_path / "none")}
+    env.pop("REPRODUCE_COPY", None)
+    done = subprocess.run(["bash", str(ROOT / "bench" / "reproduce_paper.sh")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and f"MODEL_DIR {tmp_path / 'none'} does not exist" in done.stderr
+    assert list(copies.iterdir()) == []
+    assert (tmp_path / "runs" / "repro_paper" / "logs").is_dir()
