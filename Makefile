@@ -160,7 +160,7 @@ reproduce-paper: setup setup-vllm
 reproduce-smollm2: smollm2-base setup-vllm
 	NAME=$${NAME:-smollm2} MODEL_DIR=$${MODEL_DIR:-models/smollm2-textcraft-base} TRAIN_TASKS=$${TRAIN_TASKS:-100} \
 		ITERATIONS=$${ITERATIONS:-2} VARIANTS=$${VARIANTS:-agent-r,direct,good,eto} \
-		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} MAX_PAIRS_PER_TREE=$${MAX_PAIRS_PER_TREE:-2} \
+		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} MAX_PAIRS_PER_TREE=$${MAX_PAIRS_PER_TREE:-4} \
 		MAX_NEW_TOKENS=$${MAX_NEW_TOKENS:-100} REVISE_LIMIT=$${REVISE_LIMIT:-50} KV_CACHE_GIB=$${KV_CACHE_GIB:-3} \
 		AT_ONCE=$${AT_ONCE:-2} bash bench/reproduce_paper.sh
 
