@@ -171,7 +171,7 @@ def test_a_bad_variant_iterations_is_one_clear_line(value):
     assert "VARIANT_ITERATIONS" in str(exc.value) and "variant=N" in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_the_loop_runs_a_stopped_variant_only_up_to_its_iteration(small_env, tmp_path, monkeypatch):
+def test_the_loop_runs_a_stopped_variant_only_up_to_its_iteration(small_env, textcraft_server, tmp_path, monkeypatch):
     """The runner asks for no row past a variant's last iteration, and its
     progress bar counts only the stages that will run."""
     from agent_r.loop import runner
@@ -183,6 +183,7 @@ def test_the_loop_runs_a_stopped_variant_only_up_to_its_iteration(small_env, tmp
     real_tqdm = runner.tqdm
     monkeypatch.setattr(runner, "tqdm", lambda total, unit: totals.append(total) or real_tqdm(total=total, unit=unit))
     env = {**small_env, "VARIANTS": "agent-r,good", "ITERATIONS": "2", "VARIANT_ITERATIONS": "good=1"}
-    run(settings_for(env, FLAGS + ["--name", "stopped", "--runs_dir", str(tmp_path)]))
+    run(settings_for(env, FLAGS + ["--name", "stopped", "--runs_dir", str(tmp_path), "--env_server_base",
+                                   textcraft_server]))
     assert played == [(1, "agent-r"), (1, "good"), (2, "agent-r")]
     assert totals == [1 + 3 * runner.STAGES_PER_ITERATION]
