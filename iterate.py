@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse(IterateSettings, argv, description=__doc__, prog="iterate.py")
     result = run(settings)
     print(result.table)
-    print(f"results: {result.root}/results.md, results.json, results.png")
+    if not settings.stop_after:
+        print(f"results: {result.root}/results.md, results.json, results.png")
     if result.incomplete:
         print(result.incomplete)
     return result.exit_code

