@@ -19,9 +19,9 @@ small:
   A piece's rows equal the whole run's rows for the same trees: the pair
   choice is seeded per tree, and the export's shuffle is redone on the join.
 
-A model the restored run needs and no longer has (weights are not banked) is
-fine-tuned again from the banked training file by the next iterate.py (its
-train stage has no banked marker).
+A model the restored run still needs and no longer has (weights are not
+banked, the train stage's marker is) is fine-tuned again from the banked
+training file by the next iterate.py; one no stage needs is not.
 
     python -m bench.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
     python -m bench.pieces bank --run runs/smollm2 --bank bench/reproduction/smollm2/bank
@@ -44,7 +44,9 @@ from agent_r.settings import UsageError, run_cli, setup_logging
 log = logging.getLogger(__name__)
 
 MARKER = ".done.json"   # agent_r/loop/stages.py's done-marker
-BANKED_STAGES = ("search", "data", "eval")   # a train stage's marker without its weights would skip the fine-tune
+BANKED_STAGES = ("search", "data", "train", "eval")
+MARKER_ONLY = ("search", "train")   # their trees and weights stay behind
+PIECES = "pieces"   # a run's bank keeps its pieces' banks in this subfolder
 
 
 def slice_tasks(split: Path, part: int, of: int) -> list[dict]:
@@ -73,11 +75,13 @@ def banked_files(run: Path) -> list[Path]:
     under every finished search, data or eval stage its marker and small
     files; never a tree or episode file, a per-tree cache, or a model."""
     out = [p.relative_to(run) for p in run.glob("*.json") if p.is_file()]
+    # a piece of a later iteration links the whole run's earlier iterations: they are the run's to bank
+    shared = {p.name for p in run.glob("iter_*") if p.is_symlink()}
     for marker in sorted(run.glob(f"iter_*/*/*/{MARKER}")):
         stage, folder = _stage(marker), marker.parent
-        if stage not in BANKED_STAGES:
+        if stage not in BANKED_STAGES or marker.relative_to(run).parts[0] in shared:
             continue
-        if stage == "search":   # the trees stay behind: only the marker and its statistics
+        if stage in MARKER_ONLY:
             out.append(marker.relative_to(run))
             continue
         for path in sorted(folder.rglob("*")):
@@ -106,6 +110,8 @@ def restore(src: Path, run: Path) -> int:
         return 0
     copied = 0
     for path in sorted(p for p in src.rglob("*") if p.is_file()):
+        if path.relative_to(src).parts[0] == PIECES:   # the pieces' own banks: restored into their own runs
+            continue
         target = run / path.relative_to(src)
         if target.exists():
             continue
@@ -120,7 +126,8 @@ def restore(src: Path, run: Path) -> int:
 def summed(values: list[Any]) -> Any:
     """Statistics of pieces joined: numbers added, dicts merged key by key;
     ``mean_first_bad_step`` is recomputed from the summed histogram by the caller."""
-    first = values[0]
+    values = [v for v in values if v is not None]   # e.g. a mean over nothing
+    first = values[0] if values else None
     if isinstance(first, bool) or not isinstance(first, (int, float, dict)):
         return first
     if isinstance(first, dict):

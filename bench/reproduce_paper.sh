@@ -103,6 +103,8 @@ last_iteration() {
 
 ROOT="$RUNS/$NAME"
 LOGS="$ROOT/logs"
+# The run folder of part $1 of $2 of iteration $ITERATIONS's search.
+piece_name() { printf '%s-i%d-piece-%02d-of-%02d' "$NAME" "$ITERATIONS" "$1" "$2"; }
 mkdir -p "$LOGS" "$REPRO_OUT"
 if [ ! -d "$MODEL_DIR" ]; then
   echo "error: MODEL_DIR $MODEL_DIR does not exist: merge or train the base model (models/textcraft-base), or set MODEL_DIR" >&2
@@ -115,8 +117,9 @@ SPLIT="$ROOT/train_tasks.json"
 [ -f "$SPLIT" ] || "$PY" -m agent_r.loop.search_tasks --model_dir "$MODEL_DIR" --n "$TRAIN_TASKS" \
     --seed "$TASK_SEED" --out "$SPLIT"
 # A piece is a run of its own over its part of the task list, banked beside the whole run's bank.
+MAIN_ROOT=$ROOT
 if [ -n "$PIECE" ]; then
-  piece_name=$(printf '%s-piece-%02d-of-%02d' "$NAME" "${PIECE%/*}" "${PIECE#*/}")
+  piece_name=$(piece_name "${PIECE%/*}" "${PIECE#*/}")
   [ -n "$BANK" ] && BANK="$BANK/pieces/$piece_name"
   mkdir -p "$RUNS/$piece_name"
   "$PY" -m bench.pieces slice --split "$SPLIT" --part "${PIECE%/*}" --of "${PIECE#*/}" \
@@ -176,14 +179,19 @@ trap 'kill "$SERVER_PID" 2>/dev/null || true; bank_state' EXIT
 if [ -n "$PIECE" ]; then
   running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$ITERATIONS" ] || printf '%s,' "$v"; done)
   echo "== piece $PIECE of iteration $ITERATIONS: search and data of ${running%,} in $ROOT (logs: $LOGS)"
+  # the whole run's earlier iterations, shared: a model it lost with its machine is fine-tuned
+  # again there by the first piece that needs it (iterate.py takes a lock per model)
+  for ((j = 1; j < ITERATIONS; j++)); do
+    [ -e "$ROOT/iter_$j" ] || ln -s "$(cd "$MAIN_ROOT/iter_$j" && pwd)" "$ROOT/iter_$j"
+  done
   STOP_AFTER=data VARIANTS=${running%,} "$PY" "${LOOP[@]}" > "$LOGS/piece.log" 2>&1
   tail -1 "$LOGS/piece.log"
   exit 0
 fi
 if [ -n "$MERGE" ]; then
-  pieces=$(for ((j = 1; j <= MERGE; j++)); do printf '%s/%s-piece-%02d-of-%02d,' "$RUNS" "$NAME" "$j" "$MERGE"; done)
+  pieces=$(for ((j = 1; j <= MERGE; j++)); do printf '%s/%s,' "$RUNS" "$(piece_name "$j" "$MERGE")"; done)
   for ((j = 1; j <= MERGE; j++)); do   # each piece's banked state, where its run folder is gone
-    piece=$(printf '%s-piece-%02d-of-%02d' "$NAME" "$j" "$MERGE")
+    piece=$(piece_name "$j" "$MERGE")
     [ -z "$BANK" ] || "$PY" -m bench.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
   done
   "$PY" -m bench.pieces merge --iteration "$ITERATIONS" --into "$ROOT" --pieces "$pieces" "${LOOP[@]:1}"

@@ -4,7 +4,9 @@ data, train and eval, each stage resumed or skipped by its done-marker
 (agent_r/loop/stages.py); a results row per finished iteration."""
 from __future__ import annotations
 
+import fcntl
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,11 +18,11 @@ from agent_r.io import read_json
 from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
-from agent_r.paths import BASE, Layout
+from agent_r.paths import BASE, RESULT_PREFIX, Layout
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
 from agent_r.loop.settings import IterateSettings
-from agent_r.loop.stages import MARKER, StageIncomplete, run_stage, search_settings
+from agent_r.loop.stages import MARKER, StageIncomplete, finished, run_stage, search_settings
 from agent_r.loop.train import check_trainer, train_stage
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
 
@@ -60,9 +62,39 @@ class Loop:
         if k == 0:
             return self.base
         hf = self.layout.hf(k, variant)
-        if not hf.exists():
+        if not hf.exists() and not self.trained(k, variant):
             return self.model(k - 1, variant)
         return policy(self.settings.backend, f"{variant}-iter{k}", str(hf))
+
+    def trained(self, k: int, variant: str) -> bool:
+        """Whether the train stage of model_k finished with a fine-tune (not skipped for want of data)."""
+        stats = finished(self.layout.model(k, variant), "train")
+        return bool(stats and stats.get("trainer"))
+
+    def model_needed(self, k: int, variant: str) -> bool:
+        """Whether a stage still to run reads model_k: its eval, or iteration
+        k+1's search, data or fine-tune (which starts from it)."""
+        s, lay = self.settings, self.layout
+        if not s.stop_after and finished(lay.eval(k, variant), "eval") is None:
+            return True
+        if k >= s.last_iteration[variant]:
+            return False
+        if finished(lay.trees(k + 1, variant), "search") is None or finished(lay.data(k + 1, variant), "data") is None:
+            return True
+        if self.trained(k + 1, variant) and lay.hf(k + 1, variant).exists():
+            return False   # model_{k+1} is made and here
+        return self.model_needed(k + 1, variant)   # it starts from model_k, or is model_k (no samples)
+
+    def train_once(self, k: int, variant: str, model_dir: Path, work: Callable[[], dict]) -> dict:
+        """The train stage of model_k. A finished fine-tune whose weights are
+        gone (a run restored from its small state: bench/pieces.py) is redone
+        only where a stage still to run reads the model; one process at a
+        time, so runs that share an iteration (pieces) fine-tune it once."""
+        with _locked(model_dir.parent / f".{variant}.lock"):
+            if self.trained(k, variant) and not self.layout.hf(k, variant).exists() and self.model_needed(k, variant):
+                log.warning("model_%d of %s is gone (%s): fine-tuning it again", k, variant, model_dir)
+                (model_dir / MARKER).unlink()
+            return self.stage(k, variant, "train", model_dir, work)
 
     def base_row(self) -> dict:
         s, folder = self.settings, self.layout.eval(0, BASE)
@@ -78,6 +110,10 @@ class Loop:
         s, lay = self.settings, self.layout
         prev = self.model(k - 1, variant)
         trees = lay.trees(k, BASE if k == 1 else variant)
+        if (finished(trees, "search") is not None and finished(lay.data(k, variant), "data") is None
+                and not any(trees.rglob(f"{RESULT_PREFIX}*.json"))):
+            log.warning("the trees of %s are gone and its data stage still needs them: searching again", trees)
+            (trees / MARKER).unlink()
         searched = self.stage(k, variant, "search", trees, lambda: stages.search_stage(s, self.pool, trees, prev))
         data_dir = lay.data(k, variant)
         export = lay.export(k, variant)
@@ -89,7 +125,7 @@ class Loop:
         start, files = self.training_plan(k, variant, prev)
         model_dir = lay.model(k, variant)
         trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
-        trained = self.stage(k, variant, "train", model_dir, lambda: self.train(start, files, model_dir, trainer, k))
+        trained = self.train_once(k, variant, model_dir, lambda: self.train(start, files, model_dir, trainer, k))
         if s.stop_after:
             return None
         model = self.model(k, variant)
@@ -117,8 +153,10 @@ class Loop:
         base fine-tunes the base model on the exports of iterations 1..k."""
         if self.settings.train_from == "base":
             start, rounds = resolve_model_dir(self.base.model_dir), range(1, k + 1)
-        else:
+        elif prev is self.base:
             start, rounds = resolve_model_dir(prev.model_dir), range(k, k + 1)
+        else:   # model_{k-1}, in the run; its weights may be gone where no stage reads them (train_once)
+            start, rounds = str(Path(prev.model_dir).resolve()), range(k, k + 1)
         files = [str(self.layout.export(j, variant)) for j in rounds if self.layout.export(j, variant).exists()]
         return start, files
 
@@ -128,6 +166,17 @@ class Loop:
             return {"trainer": None, "skipped": "no training samples"}
         return train_stage(self.settings, self.pool, trainer, start, files, out,
                            self.settings.train_knobs(k))
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass

@@ -36,6 +36,15 @@ class StageIncomplete(Exception):
     """Some item of a stage failed for good in this run; a rerun retries it."""
 
 
+def finished(folder: Path, name: str) -> Optional[dict]:
+    """The statistics of stage ``name`` in ``folder`` when its done-marker says it finished, else None."""
+    try:
+        done = read_json(folder / MARKER)
+        return done["stats"] if isinstance(done, dict) and done.get("stage") == name else None
+    except (ValueError, OSError, KeyError):
+        return None
+
+
 def run_stage(folder: Path, name: str, work: Callable[[], dict]) -> tuple[dict, float]:
     """(the stage's statistics, its seconds): from its done-marker, or by
     running ``work`` and then writing the marker (atomically, after the

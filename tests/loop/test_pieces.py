@@ -100,10 +100,11 @@ def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_an
         "train_samples"] > 0
     assert row["train"]["trainer"] == "cpu" and row["test"]["textcraft"]["tasks"] == 3
     assert not list((fresh / "merged").rglob("iter_1/trees/**/search_results_*.json"))   # nothing was searched
-    # the bank of the finished run has its evals' small files, and still no model
+    # the bank of the finished run has its evals' small files, and of the model only its train marker
     pieces.bank(fresh / "merged", bank)
     assert (bank / "iter_1" / "eval" / "good" / ".done.json").exists()
-    assert not (bank / "iter_1" / "model").exists()
+    model = bank / "iter_1" / "model"
+    assert [p.relative_to(model) for p in model.rglob("*") if p.is_file()] == [Path("good/.done.json")]
 
 
 def test_merge_refuses_a_piece_whose_data_is_unfinished(whole_and_merged, tmp_path):
@@ -127,3 +128,58 @@ def test_a_slice_outside_the_list_is_a_usage_error(tmp_path, part, of):
     split.write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in range(7)]))
     with pytest.raises(UsageError, match="need 1 <= part <= of"):
         pieces.slice_tasks(split, part, of)
+
+
+def test_a_restored_run_fine_tunes_again_only_what_a_stage_still_to_run_reads(tmp_path, base_model,
+                                                                              textcraft_server, monkeypatch):
+    """The bank keeps train markers, not weights: a rerun of the finished
+    run fine-tunes nothing; with iteration 2's eval undone it fine-tunes
+    model_1 and model_2 again, to the same weights (the double plays by the
+    weights, so equal results mean equal models); with iteration 2's data
+    undone too it searches its lost trees again, to the same data."""
+    from agent_r.training import cpu
+
+    real, calls = cpu.fine_tune, []
+    monkeypatch.setattr(cpu, "fine_tune", lambda model_dir, *a, **k: calls.append(model_dir) or real(model_dir, *a, **k))
+    split = tmp_path / "tasks.json"
+    split.write_text(json.dumps(TASKS[:2]))
+    env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "2", "VARIANTS": "good"}
+
+    def rerun(runs: Path):
+        result = run(settings_for(env, FLAGS + ["--split_file", str(split), "--env_server_base", textcraft_server,
+                                                "--runs_dir", str(runs), "--name", "r", "--revise_limit", "0"]))
+        assert result.exit_code == 0, result.incomplete
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in result.rows]
+
+    first = rerun(tmp_path / "a")
+    assert len(calls) == 2 and first[2]["data"]["train_samples"] > 0
+    pieces.bank(tmp_path / "a" / "r", tmp_path / "bank")
+    fresh = tmp_path / "b" / "r"
+    pieces.restore(tmp_path / "bank", fresh)
+    calls.clear()
+    assert rerun(tmp_path / "b") == first and calls == []   # every eval done: no model is read
+
+    (fresh / "iter_2" / "eval" / "good" / ".done.json").unlink()
+    assert rerun(tmp_path / "b") == first
+    assert calls == [base_model, str(fresh / "iter_1" / "model" / "good" / "hf")]
+
+    calls.clear()
+    (fresh / "iter_2" / "eval" / "good" / ".done.json").unlink()
+    (fresh / "iter_2" / "data" / "good" / ".done.json").unlink()
+    assert not list((fresh / "iter_2" / "trees").rglob("search_results_*.json"))
+    assert rerun(tmp_path / "b") == first and calls == []   # model_1 and model_2 are here now
+    assert list((fresh / "iter_2" / "trees").rglob("search_results_*.json"))
+    assert (read_json(fresh / "iter_2" / "data" / "good" / "train.json")
+            == read_json(tmp_path / "a" / "r" / "iter_2" / "data" / "good" / "train.json"))
+
+
+def test_merged_statistics_add_counts_and_histograms_and_recompute_the_mean():
+    one = {"tasks": {"textcraft": {"pairs": 2, "first_bad": {"1": 1, "3": 1}, "mean_first_bad_step": 2.0}},
+           "train_samples": 4}
+    none = {"tasks": {"textcraft": {"pairs": 0, "first_bad": {}, "mean_first_bad_step": None}}, "train_samples": 0}
+    three = {"tasks": {"textcraft": {"pairs": 1, "first_bad": {"3": 1, "none": 2}, "mean_first_bad_step": 3.0}},
+             "train_samples": 2}
+    assert pieces.merge_stats([one, none, three]) == {
+        "tasks": {"textcraft": {"pairs": 3, "first_bad": {"1": 1, "3": 2, "none": 2}, "mean_first_bad_step": 2.333}},
+        "train_samples": 6}
+    assert pieces.merge_stats([none, none])["tasks"]["textcraft"]["mean_first_bad_step"] is None
