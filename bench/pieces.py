@@ -9,10 +9,10 @@ small:
 * an iteration's search is split into pieces (``slice``), each a run of its
   own over a few of the train tasks, searched and turned into data
   (iterate.py with STOP_AFTER=data) within one session;
-* ``bank`` copies a run's finished small state into a committed folder: the
+* ``bank`` packs a run's finished small state into a committed archive: the
   done-markers, the data stages' training files, the evals' summaries and
   task files, never trees, per-tree caches, per-episode files or weights;
-  ``restore`` copies it back into a fresh runs/ folder;
+  ``restore`` unpacks it into a fresh runs/ folder;
 * ``merge`` joins the pieces' data into the whole run's iteration: the search
   and data done-markers with their statistics summed, each variant's rows
   joined in piece order and exported again as the data stage exports them.
@@ -32,13 +32,16 @@ training file by the next iterate.py; one no stage needs is not.
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import logging
-import shutil
+import os
+import tarfile
 from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import EXPORT_FILE, MANIFEST, PARTS, TREE_FILE
+from agent_r.paths import EXPORT_FILE, PARTS, RESULT_PREFIX
 from agent_r.settings import UsageError, run_cli, setup_logging
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 MARKER = ".done.json"   # agent_r/loop/stages.py's done-marker
 BANKED_STAGES = ("search", "data", "train", "eval")
 MARKER_ONLY = ("search", "train")   # their trees and weights stay behind
-PIECES = "pieces"   # a run's bank keeps its pieces' banks in this subfolder
+ARCHIVE = "state.tar.gz"   # a bank folder's one file
 
 
 def slice_tasks(split: Path, part: int, of: int) -> list[dict]:
@@ -86,38 +89,54 @@ def banked_files(run: Path) -> list[Path]:
             continue
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder)
-            if path.is_file() and PARTS not in rel.parts and not TREE_FILE.match(path.name):
+            if path.is_file() and PARTS not in rel.parts and not path.name.startswith(RESULT_PREFIX):
                 out.append(path.relative_to(run))
     return out
 
 
 def bank(run: Path, dest: Path) -> int:
-    """Copies ``banked_files(run)`` into ``dest`` (same relative paths); returns how many."""
+    """Writes ``banked_files(run)`` into ``dest/state.tar.gz`` (atomically;
+    the same state gives the same bytes, so an unchanged bank is no change to
+    commit); returns how many files. One archive: the training rows repeat
+    their prompts, and compress about 30 times."""
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
     files = banked_files(run)
-    for rel in files:
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run / rel, target)
+    dest.mkdir(parents=True, exist_ok=True)
+    part = dest / f"{ARCHIVE}.part"
+    with open(part, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(files):
+            data = (run / rel).read_bytes()
+            info = tarfile.TarInfo(rel.as_posix())
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(part, dest / ARCHIVE)
     return len(files)
 
 
 def restore(src: Path, run: Path) -> int:
-    """Copies a bank into a run folder, never over a file the run already has; returns how many."""
-    if not src.is_dir():   # a run's first session: nothing banked yet
-        log.info("bank folder %s does not exist yet: nothing to restore", src)
+    """Unpacks a bank into a run folder, never over a file the run already has; returns how many."""
+    archive = src / ARCHIVE
+    if not archive.exists():   # a run's first session: nothing banked yet
+        log.info("no bank at %s yet: nothing to restore", archive)
         return 0
     copied = 0
-    for path in sorted(p for p in src.rglob("*") if p.is_file()):
-        if path.relative_to(src).parts[0] == PIECES:   # the pieces' own banks: restored into their own runs
-            continue
-        target = run / path.relative_to(src)
-        if target.exists():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
-        copied += 1
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for member in tar.getmembers():
+                rel = Path(member.name)
+                if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
+                    raise tarfile.TarError(f"unexpected member {member.name!r}")
+                target = run / rel
+                if target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(tar.extractfile(member).read())
+                copied += 1
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise UsageError(f"bank {archive} is unreadable ({exc}): restore it from git (git checkout -- {archive}) "
+                         "or delete it to start that run over") from None
     return copied
 
 

@@ -6,6 +6,7 @@ data the whole run makes from the same tasks, byte for byte."""
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,14 @@ def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_an
     runs, _, (s, _) = whole_and_merged
     bank = tmp_path / "bank"
     assert pieces.bank(runs / "merged", bank) > 0
-    banked = [p.relative_to(bank) for p in bank.rglob("*") if p.is_file()]
+    banked = archived(bank)
     assert not [p for p in banked if p.name.startswith("search_results_") or ".parts" in p.parts], banked
     fresh = tmp_path / "runs"
     assert pieces.restore(bank, fresh / "merged") == len(banked)
     assert pieces.restore(bank, fresh / "merged") == 0   # never over a file the run has
+    before = (bank / pieces.ARCHIVE).read_bytes()
+    pieces.bank(fresh / "merged", bank)
+    assert (bank / pieces.ARCHIVE).read_bytes() == before   # the same state, the same bytes: nothing to commit
 
     env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "1", "VARIANTS": "good"}
     result = run(settings_for(env, FLAGS + ["--split_file", s.split_file, "--env_server_base", textcraft_server,
@@ -102,9 +106,22 @@ def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_an
     assert not list((fresh / "merged").rglob("iter_1/trees/**/search_results_*.json"))   # nothing was searched
     # the bank of the finished run has its evals' small files, and of the model only its train marker
     pieces.bank(fresh / "merged", bank)
-    assert (bank / "iter_1" / "eval" / "good" / ".done.json").exists()
-    model = bank / "iter_1" / "model"
-    assert [p.relative_to(model) for p in model.rglob("*") if p.is_file()] == [Path("good/.done.json")]
+    banked = archived(bank)
+    assert Path("iter_1/eval/good/.done.json") in banked
+    assert [p for p in banked if p.parts[:2] == ("iter_1", "model")] == [Path("iter_1/model/good/.done.json")]
+    assert not [p for p in banked if p.name.startswith("search_results_")]   # no episode file of any eval
+
+
+def archived(bank: Path) -> list[Path]:
+    with tarfile.open(bank / pieces.ARCHIVE) as tar:
+        return [Path(m.name) for m in tar.getmembers()]
+
+
+def test_an_unreadable_bank_is_a_usage_error_that_says_how_to_recover(tmp_path):
+    (tmp_path / pieces.ARCHIVE).write_bytes(b"not a tar archive")
+    with pytest.raises(UsageError, match="unreadable.*git checkout"):
+        pieces.restore(tmp_path, tmp_path / "run")
+    assert pieces.restore(tmp_path / "none", tmp_path / "run") == 0   # nothing banked yet: nothing to do
 
 
 def test_merge_refuses_a_piece_whose_data_is_unfinished(whole_and_merged, tmp_path):

@@ -88,3 +88,54 @@ def test_it_runs_from_a_private_copy_that_it_removes(tmp_path):
     assert done.returncode == 2 and f"MODEL_DIR {tmp_path / 'none'} does not exist" in done.stderr
     assert list(copies.iterdir()) == []
     assert (tmp_path / "runs" / "repro_paper" / "logs").is_dir()
+
+
+def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path, base_model):
+    """The run in pieces as a fresh machine per command sees it: every step
+    starts from an empty runs folder and the bank alone (base eval; two
+    pieces of iteration 1's search and data; their merge, fine-tune and
+    eval). Test double: the loop's weights-playing policy, not a model."""
+    import os
+    import shutil
+    import subprocess
+
+    from pathlib import Path
+
+    from bench.pieces import ARCHIVE, bank as bank_run, banked_files, restore
+    from tests.loop.doubles import DOUBLE
+
+    runs, bank = tmp_path / "runs", tmp_path / "bank"
+    env = {**os.environ, "RUNS": str(runs), "NAME": "t", "MODEL_DIR": base_model, "TRAIN_TASKS": "4", "ITERA": "3",
+           "N_GEN": "3", "MAX_DEPTH": "4", "EVAL_LIMIT": "2", "REVISE_LIMIT": "1", "EVAL_MAX_STEPS": "3",
+           "REVISE_MAX_STEPS": "2", "VARIANTS": "good", "BANK": str(bank), "PY": str(ROOT / ".venv/bin/python"),
+           "BACKEND": DOUBLE, "GENERAL_DATA": "", "EPOCHS": "1", "LR": "1e-3", "ACCUMULATIVE_COUNTS": "1",
+           "MAX_LENGTH": "1024", "CONCURRENCY": "2", "MAX_NEW_TOKENS": "40", "SHARDS": "1"}
+    env.pop("REPRODUCE_COPY", None)
+
+    def fresh_machine(**step: str) -> str:
+        shutil.rmtree(runs, ignore_errors=True)
+        done = subprocess.run(["bash", str(ROOT / "bench" / "reproduce_paper.sh")], env={**env, **step},
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done.stdout
+
+    first = tmp_path / "first" / "t"   # the run's task list, as a first session banks it: tasks the double solves
+    first.mkdir(parents=True)
+    (first / "train_tasks.json").write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in (1, 2, 3, 4)]))
+    bank_run(first, bank)
+    fresh_machine(ITERATIONS="0")
+    for j in (1, 2):
+        assert f"piece {j}/2 of iteration 1" in fresh_machine(ITERATIONS="1", PIECE=f"{j}/2")
+    fresh_machine(ITERATIONS="1", MERGE="2")
+
+    rows = {(r["iteration"], r["variant"]): r for r in json.loads((runs / "t" / "results.json").read_text())["rows"]}
+    assert set(rows) == {(0, "base"), (1, "good")}
+    one = rows[(1, "good")]
+    assert one["search"]["textcraft"]["trees"] == 4 and one["data"]["pieces"] == 2
+    assert one["train"]["trainer"] == "cpu" and one["test"]["textcraft"]["tasks"] == 2, (one["data"], one["search"], one["train"])
+    assert not list(runs.rglob("search_results_*.json")) or all("eval" in p.parts for p in runs.rglob(
+        "search_results_*.json"))   # the merge session searched nothing: only its eval's episode files
+    assert sorted(p.relative_to(bank) for p in bank.rglob("*") if p.is_file()) == sorted([
+        Path(ARCHIVE), *(Path(f"pieces/t-i1-piece-0{j}-of-02/{ARCHIVE}") for j in (1, 2))])
+    restored = tmp_path / "restored"
+    assert restore(bank, restored) == len(banked_files(runs / "t"))   # the last session banked all it had
