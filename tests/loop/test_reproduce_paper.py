@@ -109,7 +109,8 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
            "N_GEN": "3", "MAX_DEPTH": "4", "EVAL_LIMIT": "2", "REVISE_LIMIT": "1", "EVAL_MAX_STEPS": "3",
            "REVISE_MAX_STEPS": "2", "VARIANTS": "good", "BANK": str(bank), "PY": str(ROOT / ".venv/bin/python"),
            "BACKEND": DOUBLE, "GENERAL_DATA": "", "EPOCHS": "1", "LR": "1e-3", "ACCUMULATIVE_COUNTS": "1",
-           "MAX_LENGTH": "1024", "CONCURRENCY": "2", "MAX_NEW_TOKENS": "40", "SHARDS": "1"}
+           "MAX_LENGTH": "1024", "CONCURRENCY": "2", "MAX_NEW_TOKENS": "40", "SHARDS": "1",
+           "REPRO_OUT": str(tmp_path / "results")}
     env.pop("REPRODUCE_COPY", None)
 
     def fresh_machine(**step: str) -> str:
