@@ -94,7 +94,8 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
     """The run in pieces as a fresh machine per command sees it: every step
     starts from an empty runs folder and the bank alone (base eval; two
     pieces of iteration 1's search and data; their merge, fine-tune and
-    eval). Test double: the loop's weights-playing policy, not a model."""
+    eval; the same for iteration 2, whose pieces fine-tune model_1 again).
+    Test double: the loop's weights-playing policy, not a model."""
     import os
     import shutil
     import subprocess
@@ -106,7 +107,7 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
 
     runs, bank = tmp_path / "runs", tmp_path / "bank"
     env = {**os.environ, "RUNS": str(runs), "NAME": "t", "MODEL_DIR": base_model, "TRAIN_TASKS": "4", "ITERA": "3",
-           "N_GEN": "3", "MAX_DEPTH": "4", "EVAL_LIMIT": "2", "REVISE_LIMIT": "1", "EVAL_MAX_STEPS": "3",
+           "N_GEN": "3", "MAX_DEPTH": "4", "EVAL_LIMIT": "2", "REVISE_LIMIT": "0", "EVAL_MAX_STEPS": "3",
            "REVISE_MAX_STEPS": "2", "VARIANTS": "good", "BANK": str(bank), "PY": str(ROOT / ".venv/bin/python"),
            "BACKEND": DOUBLE, "GENERAL_DATA": "", "EPOCHS": "1", "LR": "1e-3", "ACCUMULATIVE_COUNTS": "1",
            "MAX_LENGTH": "1024", "CONCURRENCY": "2", "MAX_NEW_TOKENS": "40", "SHARDS": "1",
@@ -128,15 +129,27 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
     for j in (1, 2):
         assert f"piece {j}/2 of iteration 1" in fresh_machine(ITERATIONS="1", PIECE=f"{j}/2")
     fresh_machine(ITERATIONS="1", MERGE="2")
-
     rows = {(r["iteration"], r["variant"]): r for r in json.loads((runs / "t" / "results.json").read_text())["rows"]}
     assert set(rows) == {(0, "base"), (1, "good")}
     one = rows[(1, "good")]
-    assert one["search"]["textcraft"]["trees"] == 4 and one["data"]["pieces"] == 2
-    assert one["train"]["trainer"] == "cpu" and one["test"]["textcraft"]["tasks"] == 2, (one["data"], one["search"], one["train"])
     assert not list(runs.rglob("search_results_*.json")) or all("eval" in p.parts for p in runs.rglob(
         "search_results_*.json"))   # the merge session searched nothing: only its eval's episode files
+
+    # iteration 2: each piece searches with model_1, fine-tuned again on its fresh machine
+    for j in (1, 2):
+        assert f"piece {j}/2 of iteration 2" in fresh_machine(ITERATIONS="2", PIECE=f"{j}/2")
+        assert (runs / "t" / "iter_1" / "model" / "good" / "hf").is_dir()
+    fresh_machine(ITERATIONS="2", MERGE="2")
+    rows = {(r["iteration"], r["variant"]): r for r in json.loads((runs / "t" / "results.json").read_text())["rows"]}
+    assert set(rows) == {(0, "base"), (1, "good"), (2, "good")}
+    same = lambda row: {k: v for k, v in row.items() if k != "seconds"}  # noqa: E731
+    assert same(rows[(1, "good")]) == same(one)   # its evals read back from the bank; model_1 made again, the same
+    two = rows[(2, "good")]
+    assert two["search"]["textcraft"]["trees"] == 4 and two["data"]["pieces"] == 2
+    assert two["started_from"] == "iter_1/model/good/hf" and two["test"]["textcraft"]["tasks"] == 2
+    assert one["search"]["textcraft"]["trees"] == 4 and one["data"]["pieces"] == 2
+    assert one["train"]["trainer"] == "cpu" and one["test"]["textcraft"]["tasks"] == 2, (one["data"], one["train"])
     assert sorted(p.relative_to(bank) for p in bank.rglob("*") if p.is_file()) == sorted([
-        Path(ARCHIVE), *(Path(f"pieces/t-i1-piece-0{j}-of-02/{ARCHIVE}") for j in (1, 2))])
+        Path(ARCHIVE), *(Path(f"pieces/t-i{k}-piece-0{j}-of-02/{ARCHIVE}") for k in (1, 2) for j in (1, 2))])
     restored = tmp_path / "restored"
     assert restore(bank, restored) == len(banked_files(runs / "t"))   # the last session banked all it had
