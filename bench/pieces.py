@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import EXPORT_FILE, PARTS, RESULT_PREFIX
+from agent_r.paths import EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
 from agent_r.settings import UsageError, run_cli, setup_logging
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,9 @@ def banked_files(run: Path) -> list[Path]:
         stage, folder = _stage(marker), marker.parent
         if stage not in BANKED_STAGES or marker.relative_to(run).parts[0] in shared:
             continue
-        if stage in MARKER_ONLY:
+        if stage in MARKER_ONLY:   # and a search's manifest (its samples and seconds), never its trees
             out.append(marker.relative_to(run))
+            out += [p.relative_to(run) for p in sorted(folder.glob(f"*/*/{MANIFEST}")) if stage == "search"]
             continue
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder)
@@ -247,6 +248,40 @@ def _text(path: Path) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
+# --------------------------------------------------------------------------- status
+
+def _archived_json(archive: Path) -> dict[str, Any]:
+    import json
+
+    with tarfile.open(archive, "r:gz") as tar:
+        return {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")}
+
+
+def status(bank_dir: Path, name: str, iteration: int, of: int) -> tuple[list[list[str]], list[int]]:
+    """(a row per banked piece of iteration ``iteration``, the parts still to run)."""
+    rows, todo = [], []
+    for j in range(1, of + 1):
+        piece = f"{name}-i{iteration}-piece-{j:02d}-of-{of:02d}"
+        archive = bank_dir / "pieces" / piece / ARCHIVE
+        files = _archived_json(archive) if archive.exists() else {}
+        data = {k.split("/")[2]: v["stats"] for k, v in files.items()
+                if k.startswith(f"iter_{iteration}/data/") and k.endswith(MARKER)}
+        searches = {k: v for k, v in files.items() if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MARKER)}
+        if not data or not searches:
+            todo.append(j)
+            continue
+        trees = summed([next(iter(v["stats"].values())) for v in searches.values()])
+        seconds = sum(v["seconds"] for v in searches.values())
+        samples = sum(v["stats"]["backend"]["samples"] for k, v in files.items()
+                      if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MANIFEST))
+        revision = sum(next(iter(d["tasks"].values())).get("revision_samples", 0) for v, d in data.items()
+                       if v == "agent-r")
+        rows.append([str(j), str(trees["trees"]), str(trees["trees_with_success"]), str(revision),
+                     str(sum(d["train_samples"] for d in data.values())), f"{seconds / 60:.0f}",
+                     f"{samples / seconds:.2f}" if samples and seconds else "-"])
+    return rows, todo
+
+
 # --------------------------------------------------------------------------- cli
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--iteration", type=int, required=True)
     m.add_argument("--into", required=True)
     m.add_argument("--pieces", required=True, help="the piece run folders, comma-separated, in task order")
+    st = sub.add_parser("status", help="which pieces of an iteration are banked, and what they hold")
+    st.add_argument("--bank", required=True)
+    st.add_argument("--name", required=True, help="the whole run's name (NAME)")
+    st.add_argument("--iteration", type=int, required=True)
+    st.add_argument("--of", type=int, required=True)
     args, rest = parser.parse_known_args(argv)
     setup_logging()
     if args.command == "slice":
@@ -276,6 +316,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"part {args.part} of {args.of}: {len(tasks)} tasks -> {args.out}")
     elif args.command == "bank":
         print(f"banked {bank(Path(args.run), Path(args.bank))} files of {args.run} in {args.bank}")
+    elif args.command == "status":
+        rows, todo = status(Path(args.bank), args.name, args.iteration, args.of)
+        head = ["piece", "trees", "with a success", "agent-r revision samples", "train samples (all variants)",
+                "search min", "search samples/s"]
+        for row in [head, ["---"] * len(head), *rows]:
+            print("| " + " | ".join(row) + " |")
+        print(f"{len(rows)} of {args.of} pieces banked; to run: {' '.join(map(str, todo)) or 'none'}")
     elif args.command == "restore":
         print(f"restored {restore(Path(args.bank), Path(args.run))} files of {args.bank} into {args.run}")
     else:

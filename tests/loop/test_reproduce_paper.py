@@ -102,7 +102,7 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
 
     from pathlib import Path
 
-    from bench.pieces import ARCHIVE, bank as bank_run, banked_files, restore
+    from bench.pieces import ARCHIVE, bank as bank_run, banked_files, restore, status
     from tests.loop.doubles import DOUBLE
 
     runs, bank = tmp_path / "runs", tmp_path / "bank"
@@ -153,3 +153,8 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
         Path(ARCHIVE), *(Path(f"pieces/t-i{k}-piece-0{j}-of-02/{ARCHIVE}") for k in (1, 2) for j in (1, 2))])
     restored = tmp_path / "restored"
     assert restore(bank, restored) == len(banked_files(runs / "t"))   # the last session banked all it had
+    rows, todo = status(bank, "t", 1, 2)   # what the next session reads to choose its pieces
+    assert todo == [] and [r[:3] for r in rows] == [["1", "2", str(one["search"]["textcraft"]["trees_with_success"]
+                                                                  - int(rows[1][2]))], ["2", "2", rows[1][2]]]
+    assert all(float(r[-1]) > 0 for r in rows)   # its search samples/s, from the banked search manifest
+    assert status(bank, "t", 1, 3) == ([], [1, 2, 3])
