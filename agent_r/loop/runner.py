@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +91,7 @@ class Loop:
         gone (a run restored from its small state: bench/pieces.py) is redone
         only where a stage still to run reads the model; one process at a
         time, so runs that share an iteration (pieces) fine-tune it once."""
-        with _locked(model_dir.parent / f".{variant}.lock"):
+        with _locked(model_dir):
             if self.trained(k, variant) and not self.layout.hf(k, variant).exists() and self.model_needed(k, variant):
                 log.warning("model_%d of %s is gone (%s): fine-tuning it again", k, variant, model_dir)
                 (model_dir / MARKER).unlink()
@@ -169,14 +170,15 @@ class Loop:
 
 
 @contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _locked(folder: Path):
+    """An exclusive lock on a folder (made if missing) held by this process; no lock file is left."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock
 
 
 @dataclass
