@@ -62,7 +62,8 @@ def start_resolve(requirements: str, report: Path, extra: list[str], fast: bool 
 
 
 def wait_resolve(proc: subprocess.Popen, requirements: str, report: Path, extra: list[str]) -> dict:
-    _, err = proc.communicate(timeout=400)
+    # a hang guard, not a speed check: on a 2-core box beside other work one resolve took over 400 s
+    _, err = proc.communicate(timeout=1800)
     if proc.returncode != 0 and "fast-deps" in err and ("invalid choice" in err or "no such" in err.lower()):
         return wait_resolve(start_resolve(requirements, report, extra, fast=False), requirements, report, extra)
     lines = "\n".join(line for line in err.splitlines() if "fast-deps" not in line)
