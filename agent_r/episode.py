@@ -4,12 +4,13 @@
 a failed prefix first for the revision task), then per step yield one request
 for the next model turn and step the parsed action, until the env says done,
 a disaster (negative reward: the episode ends with score 0) or ``max_steps``
-model turns. With ``wait_reply="ok"`` a revision ``wait``
+model turns (a task's sampled episodes, ``eval.py --samples``, are
+episodes of their own). With ``wait_reply="ok"`` a revision ``wait``
 (agent_r.revision.is_revision_wait; a replayed one too) never reaches the
 env: the episode answers it with the training samples' reply, as a turn like
 any other (it counts toward ``max_steps`` and ``step_num``). The driver
 answers the requests of every live episode with one model call. Each request
-carries a seed derived from (seed, task, model step), so a deterministic
+carries a seed derived from (seed, episode key, model step), so a deterministic
 backend gives the same trajectory at any concurrency, after an env restart and
 after a resume. The run around it (resume, result files,
 manifest, summary) is agent_r/evaluation.py.
@@ -17,7 +18,7 @@ manifest, summary) is agent_r/evaluation.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, NamedTuple
+from typing import Any, Generator, NamedTuple, Optional
 
 from agent_r import conversation as conv
 from agent_r.envs import EnvSpec
@@ -26,11 +27,22 @@ from agent_r.revision import REVISION_REPLY, is_revision_wait
 
 
 class Task(NamedTuple):
-    """One episode to run: a task index, optionally a failed prefix to replay."""
+    """One episode to run: a task index, optionally a failed prefix to replay,
+    and which of a task's sampled episodes it is (``eval.py --samples``)."""
 
     idx: int
-    key: str                            # result file key: "12", or "12_0" for a revise row
+    key: str                            # result file key: "12", "12_0" for a revise row, "12_s3" for sample 3
     prefix_turns: tuple[str, ...] = ()
+    sample: Optional[int] = None        # None: the task's only episode
+
+    @property
+    def task_key(self) -> str:
+        """The key of the task this episode samples (its own key when it is the only one)."""
+        return self.key if self.sample is None else self.key.removesuffix(f"_s{self.sample}")
+
+    def sampled(self, j: int) -> "Task":
+        """Episode ``j`` of this task: its own key, so its own result file and its own request seeds."""
+        return Task(self.idx, f"{self.key}_s{j}", self.prefix_turns, j)
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,7 @@ class _Trajectory:
 
     def result(self, ended_by: str, error: str | None = None) -> dict[str, Any]:
         failed = ended_by == "error"
-        return {
+        result = {
             "task_id": self.task.idx,
             "env_score": 0.0 if failed else self.score,
             "model_name": self.setup.model_name,
@@ -85,6 +97,9 @@ class _Trajectory:
             "wait_replies": self.wait_replies,
             "error": error,
         }
+        if self.task.sample is not None:   # a one-episode run's files keep the reference's fields only
+            result.update(task_key=self.task.task_key, sample=self.task.sample)
+        return result
 
 
 class Episode:

@@ -75,6 +75,10 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
                                "statistics to this file")
     revise_from: str | None = setting(None, help="a JSONL file of failed trajectories to continue (the revision "
                                       "task)")
+    samples: int = setting(1, env="EVAL_SAMPLES", minimum=1,
+                           help="episodes per task (K, env EVAL_SAMPLES; default 1, the paper's): K > 1 samples K "
+                           "episodes of each task at TEMP > 0, each with its own seed, into a folder ending "
+                           "_samples<K>, and adds Pass@k for k = 1, 2, 4, ... K to the summary")
     env_retries: int = setting(2, minimum=0, help="the fresh-env restarts of an episode after env errors "
                                "before it is recorded as failed (default 2)")
     env_retry_delay: float = setting(1.0, minimum=0.0, help="the seconds before the first restart, doubled for each "
@@ -91,6 +95,10 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
             raise UsageError("--plot draws the runs of --compare: pass --compare RUN_DIR... with it")
         if self.compare:
             return
+        if self.samples > 1 and self.temperature == 0:
+            raise UsageError(f"--samples {self.samples} asks for {self.samples} episodes of each task, but TEMP=0 "
+                             "is greedy and would play the same episode each time: set TEMP > 0 (e.g. TEMP=1.0) "
+                             "or drop --samples")
         if not (self.task and self.task.strip()):
             raise UsageError(f"environment variable TASK is not set: it is {TASK_HELP}. "
                              "Set it, e.g. `export TASK=textcraft`.")
@@ -106,8 +114,13 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
 
     def run_config(self) -> dict[str, Any]:
         """The manifest's and summary's "config": every setting, secrets
-        masked, plus the resolved model name the output folder uses."""
-        return {**manifest_config(self), "model_name": self.model_name}
+        masked, plus the resolved model name the output folder uses. A
+        one-episode run leaves ``samples`` out, so its files are the ones
+        eval.py wrote before sampling existed."""
+        config = {**manifest_config(self), "model_name": self.model_name}
+        if self.samples == 1:
+            del config["samples"]
+        return config
 
 
 # ---------------------------------------------------------------------------
@@ -116,7 +129,7 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
 
 class Plan(NamedTuple):
     spec: EnvSpec
-    tasks: list[Task]                   # everything the run covers
+    tasks: list[Task]                   # every episode the run covers (K per task with --samples K)
     todo: list[Task]                    # without a complete result file yet
 
 
@@ -189,6 +202,8 @@ def plan(settings: EvalSettings) -> Plan:
     line = describe_shard(settings.shard, len(tasks), everything)
     if line:
         log.info(line)
+    if settings.samples > 1:   # a task's episodes side by side: one batch shares their prompt (prefix cache)
+        tasks = [t.sampled(j) for t in tasks for j in range(settings.samples)]
     run_dir = paths.eval_dir(settings)
     return Plan(spec, tasks, [t for t in tasks if not is_complete(paths.result_file(run_dir, t.key))])
 

@@ -153,9 +153,11 @@ def find_tree_files(folder: str | Path) -> list[Path]:
 def eval_dir(settings: EvalSettings) -> Path:
     """The folder of one eval.py run: ``{output_dir}/{TASK}/{model
     folder}_{MODEL_TYPE}``, plus ``_revise`` for the revision task, plus
-    ``_wait_ok`` with WAIT_REPLY=ok (the default ``env`` adds nothing, so
-    those folders keep their names and the two settings never share one)."""
-    suffix = ("_revise" if settings.revise_from else "") + wait_reply_suffix(settings.wait_reply)
+    ``_samples<K>`` with ``--samples K`` > 1, plus ``_wait_ok`` with
+    WAIT_REPLY=ok (the defaults add nothing, so those folders keep their
+    names and the settings never share one)."""
+    sampled = f"_samples{settings.samples}" if settings.samples > 1 else ""
+    suffix = ("_revise" if settings.revise_from else "") + sampled + wait_reply_suffix(settings.wait_reply)
     name = f"{model_folder(settings.backend)}_{folder_name(settings.model_type)}{suffix}"
     return Path(settings.output_dir) / get_env(settings.task or "").name / name
 

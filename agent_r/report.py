@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r import conversation as conv
-from agent_r import paths
+from agent_r import passk, paths
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
 from agent_r.revision import revision_turns
@@ -117,9 +117,19 @@ def revision_turn_counts(results: list[dict], task: str) -> dict[str, int]:
 
 
 def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
+    """A run folder's summary. A sampled run (``--samples K``) also counts
+    episodes and successes per task and gives Pass@k (agent_r/passk.py);
+    its ``tasks`` counts tasks, ``episodes`` result files, and the other
+    numbers are over every episode (the success rate is Pass@1)."""
     results = load_results(run_dir)
-    return {"run_dir": str(run_dir), "task": spec.name, **summarize(results, spec.max_score),
-            "revision_turns": revision_turn_counts(results, spec.name)}
+    summary = {"run_dir": str(run_dir), "task": spec.name, **summarize(results, spec.max_score),
+               "revision_turns": revision_turn_counts(results, spec.name)}
+    if any("sample" in r for r in results):
+        counts = passk.task_counts(results, lambda r: _success(r, spec.max_score))
+        summary.update(tasks=len(counts), episodes=len(results),
+                       samples=max(c["episodes"] for c in counts.values()),
+                       pass_at_k=passk.summarize(counts), per_task=counts)
+    return summary
 
 
 def run_labels(summaries: list[dict[str, Any]]) -> list[str]:
@@ -144,6 +154,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
         cells = [f"{100 * s['loops'][str(k)]['fraction']:.1f} / {s['loops'][str(k)]['count']}" for s in summaries]
         rows.append((f"loop k={k} % eps / count", cells))
     rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
+    rows += _pass_rows(summaries)
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
 
@@ -152,6 +163,29 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
 
     return "\n".join([line("metric", labels), line("-" * first, ["-" * w for w in widths])]
                      + [line(name, cells) for name, cells in rows])
+
+
+def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Pass@k of sampled runs with its 95% interval, and each run's
+    difference from the first, paired by task (none without a sampled run)."""
+    ks = sorted({int(k) for s in summaries for k in s.get("pass_at_k", {})})
+    rows: list[tuple[str, list[str]]] = []
+    for k in ks:
+        rows.append((f"pass@{k} % [95% CI]", [_percent_cell(s.get("pass_at_k", {}).get(str(k))) for s in summaries]))
+    first = summaries[0].get("per_task")
+    for k in ks if first and len(summaries) > 1 else []:
+        cells = ["-"] + [_percent_cell(passk.paired_difference(first, s["per_task"], k), signed=True)
+                         if s.get("per_task") else "-" for s in summaries[1:]]
+        rows.append((f"pass@{k} - first, paired", cells))
+    return rows
+
+
+def _percent_cell(entry: dict[str, Any] | None, signed: bool = False) -> str:
+    if not entry:
+        return "-"
+    low, high = entry["ci95"]
+    sign = "+" if signed else ""
+    return f"{100 * entry['value']:{sign}.1f} [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
 
 
 def _revision_cell(summary: dict[str, Any]) -> str:
