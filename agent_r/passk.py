@@ -114,5 +114,15 @@ def paired_difference(reference: Mapping[str, Mapping[str, int]], other: Mapping
     return {"tasks": len(keys), "value": _round(sum(diffs) / len(diffs)), "ci95": [_round(low), _round(high)]}
 
 
+def percent_cell(entry: Mapping[str, Any] | None, signed: bool = False) -> str:
+    """``{"value", "ci95"}`` as a table shows it: "41.5 [33.0, 50.0]" (percent),
+    with signs for a difference; "-" for none."""
+    if not entry:
+        return "-"
+    sign = "+" if signed else ""
+    low, high = entry["ci95"]
+    return f"{100 * entry['value']:{sign}.1f} [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
+
+
 def _round(x: float) -> float:
     return round(x, 6)

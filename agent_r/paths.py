@@ -310,6 +310,10 @@ class Layout:
     def eval(self, k: int, variant: str) -> Path:
         return self.iteration(k) / "eval" / variant
 
+    def sampled_eval(self, k: int, variant: str) -> Path:
+        """EVAL_SAMPLES' eval of model_k, beside the greedy one (its own done-marker)."""
+        return self.eval(k, variant) / "sampled"
+
     def results(self, name: str) -> Path:
         return self.root / name
 

@@ -171,21 +171,13 @@ def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     ks = sorted({int(k) for s in summaries for k in s.get("pass_at_k", {})})
     rows: list[tuple[str, list[str]]] = []
     for k in ks:
-        rows.append((f"pass@{k} % [95% CI]", [_percent_cell(s.get("pass_at_k", {}).get(str(k))) for s in summaries]))
+        rows.append((f"pass@{k} % [95% CI]", [passk.percent_cell(s.get("pass_at_k", {}).get(str(k))) for s in summaries]))
     first = summaries[0].get("per_task")
     for k in ks if first and len(summaries) > 1 else []:
-        cells = ["-"] + [_percent_cell(passk.paired_difference(first, s["per_task"], k), signed=True)
+        cells = ["-"] + [passk.percent_cell(passk.paired_difference(first, s["per_task"], k), signed=True)
                          if s.get("per_task") else "-" for s in summaries[1:]]
         rows.append((f"pass@{k} - first, paired", cells))
     return rows
-
-
-def _percent_cell(entry: dict[str, Any] | None, signed: bool = False) -> str:
-    if not entry:
-        return "-"
-    low, high = entry["ci95"]
-    sign = "+" if signed else ""
-    return f"{100 * entry['value']:{sign}.1f} [{100 * low:{sign}.1f}, {100 * high:{sign}.1f}]"
 
 
 def _revision_cell(summary: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from agent_r import plots
+from agent_r import passk, plots
 from agent_r.io import atomic_write_json, atomic_write_text
 from agent_r.paths import LOSSES_PNG, RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
 from agent_r.loop.settings import IterateSettings
@@ -49,6 +49,7 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
     lines += _paired_table(rows)
+    lines += _sampled_table(s, rows)
     stat_head = ["iteration", "variant", "ALPHA / epochs / LR", "revision samples", "good samples", "train samples",
                  "mean first bad step", "loops k=1/2/3/4 % episodes", "revision-task success %",
                  "test episodes with a revision turn (succeeded)", "train loss first -> last"]
@@ -75,6 +76,33 @@ def _paired_table(rows: list[dict]) -> list[str]:
     return ["", "Paired comparisons on the same episodes: episodes solved only by this model / only by the "
             "other, and McNemar's exact two-sided p-value.", "", _md_row(head), _md_row(["---"] * len(head)),
             *[_md_row(c) for c in cells]]
+
+
+def _sampled_table(s: IterateSettings, rows: list[dict]) -> list[str]:
+    """EVAL_SAMPLES > 1: Pass@1 and Pass@K of every model with 95% intervals
+    over tasks, and Pass@K's difference from the base model paired by task
+    (agent_r/passk.py): does training widen what the model can solve, or
+    only make it surer of what it already solved?"""
+    sampled = [r for r in rows if r.get("sampled")]
+    if not sampled:
+        return []
+    k = s.eval_samples
+    base = next((r["sampled"]["test"] for r in sampled if r["iteration"] == 0), {})
+    head = ["iteration", "variant"]
+    for t in s.tasks:
+        head += [f"{t} pass@1 %", f"{t} pass@{k} %", f"{t} pass@{k} - base (paired)"]
+    lines = ["", f"Pass@k: {k} episodes per test task at TEMP={s.eval_sample_temperature:g} (unbiased estimator, "
+             "95% bootstrap interval over tasks).", "", _md_row(head), _md_row(["---"] * len(head))]
+    for r in sampled:
+        cells = [str(r["iteration"]), r["variant"]]
+        for t in s.tasks:
+            got = r["sampled"]["test"].get(t) or {}
+            at = got.get("pass_at_k", {})
+            diff = (passk.paired_difference(base[t]["per_task"], got["per_task"], k)
+                    if r["iteration"] and t in base and got else None)
+            cells += [passk.percent_cell(at.get("1")), passk.percent_cell(at.get(str(k))), passk.percent_cell(diff, signed=True)]
+        lines.append(_md_row(cells))
+    return lines
 
 
 def _pair(p: Optional[dict]) -> str:
@@ -145,6 +173,13 @@ def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
     panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
+    for t in s.tasks if s.eval_samples > 1 else []:   # Pass@1 and Pass@K of the sampled evals
+        for k in ("1", str(s.eval_samples)):
+            panels[f"{t} pass@{k} % (TEMP={s.eval_sample_temperature:g})"] = {
+                variant: [(r["iteration"], round(100 * r["sampled"]["test"][t]["pass_at_k"][k]["value"], 4))
+                          for r in base + [r for r in rows if r["variant"] == variant]
+                          if k in ((r.get("sampled") or {}).get("test", {}).get(t) or {}).get("pass_at_k", {})]
+                for variant in s.variant_list}
     labels = {variant: settings_label(variant, [r for r in rows if r["variant"] == variant])
               for variant in s.variant_list}
     plots.iteration_lines(panels, s.iterations, path, labels)

@@ -76,7 +76,8 @@ class Loop:
         """Whether a stage still to run reads model_k: its eval, or iteration
         k+1's search, data or fine-tune (which starts from it)."""
         s, lay = self.settings, self.layout
-        if not s.stop_after and finished(lay.eval(k, variant), "eval") is None:
+        if not s.stop_after and (finished(lay.eval(k, variant), "eval") is None or s.eval_samples > 1
+                                 and finished(lay.sampled_eval(k, variant), "sampled eval") is None):
             return True
         if k >= s.last_iteration[variant]:
             return False
@@ -97,12 +98,20 @@ class Loop:
                 (model_dir / MARKER).unlink()
             return self.stage(k, variant, "train", model_dir, work)
 
+    def sampled(self, k: int, variant: str, model: Policy) -> dict:
+        """EVAL_SAMPLES > 1: the row's ``sampled`` eval (Pass@k), a stage of its own."""
+        if self.settings.eval_samples == 1:
+            return {}
+        folder = self.layout.sampled_eval(k, variant)
+        return {"sampled": self.stage(k, variant, "sampled eval", folder,
+                                      lambda: stages.sampled_eval_stage(self.settings, self.pool, folder, model))}
+
     def base_row(self) -> dict:
         s, folder = self.settings, self.layout.eval(0, BASE)
         stats = self.stage(0, BASE, "eval", folder,
                            lambda: stages.eval_stage(s, self.pool, folder, self.base, None))
         return self.finish_row({"iteration": 0, "variant": BASE, "model": self.layout.shown(self.base.model_dir),
-                                "started_from": None, **stats})
+                                "started_from": None, **stats, **self.sampled(0, BASE, self.base)})
 
     def iteration_row(self, k: int, variant: str) -> Optional[dict]:
         """Iteration k of ``variant``, its row; None where STOP_AFTER=data ends
@@ -134,6 +143,7 @@ class Loop:
             s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
         return self.finish_row({"iteration": k, "variant": variant, "model": lay.shown(model.model_dir),
                                 "started_from": lay.shown(start if files else prev.model_dir), **evals,
+                                **self.sampled(k, variant, model),
                                 "search": searched, "data": data, "train": trained,
                                 **self.training_settings(k, variant)})
 
@@ -258,7 +268,8 @@ def check_wait_reply(s: IterateSettings, layout: Layout) -> None:
 def stage_count(s: IterateSettings) -> int:
     if s.stop_after:   # no eval; the last iteration stops after its data stage
         return sum(k * 3 - 1 if k == s.iterations else k * 3 for k in s.last_iteration.values())
-    return 1 + sum(s.last_iteration.values()) * STAGES_PER_ITERATION
+    evals = 1 + sum(s.last_iteration.values())   # a sampled eval beside each greedy one
+    return 1 + sum(s.last_iteration.values()) * STAGES_PER_ITERATION + (evals if s.eval_samples > 1 else 0)
 
 
 def run(s: IterateSettings) -> LoopResult:

@@ -76,6 +76,11 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
     # evaluation (eval.py's names where it has them)
     eval_temperature: float = setting(0.0, env="EVAL_TEMP", minimum=0.0, help="evaluation temperature "
                                       "(default 0, greedy)")
+    eval_samples: int = setting(1, env="EVAL_SAMPLES", minimum=1, help="K > 1 adds a sampled eval of every model "
+                                "beside the greedy one: K episodes per test task at EVAL_SAMPLE_TEMP, Pass@1 and "
+                                "Pass@K in the results (default 1: none, the paper's)")
+    eval_sample_temperature: float = setting(1.0, env="EVAL_SAMPLE_TEMP", minimum=0.0, help="the sampled eval's "
+                                             "temperature (default 1.0)")
     eval_limit: Optional[int] = setting(None, minimum=1, help="the first N test tasks per task (default all)")
     eval_max_steps: int = setting(100, minimum=1, help="model turns per evaluated episode (default 100)")
     revise_limit: Optional[int] = setting(None, minimum=0, help="revision-task episodes per task: the base "
@@ -117,6 +122,9 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
                                  f"variant of {', '.join(VARIANTS)}; e.g. good=1,eto=1")
             if variant in self.last_iteration:    # one setting serves runs of fewer VARIANTS too
                 self.last_iteration[variant] = min(int(n), self.iterations)
+        if self.eval_samples > 1 and self.eval_sample_temperature == 0:
+            raise UsageError(f"EVAL_SAMPLES={self.eval_samples} samples episodes, but EVAL_SAMPLE_TEMP=0 is greedy "
+                             "and would play the same episode each time: set EVAL_SAMPLE_TEMP > 0 (default 1.0)")
         if self.split_file is not None and len(self.tasks) > 1:
             raise UsageError(f"--split_file lists the tasks of one environment, but TASK={self.task!r} names "
                              f"{len(self.tasks)}: run without it, or one TASK")

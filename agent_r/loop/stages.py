@@ -89,10 +89,13 @@ def path_settings(s: IterateSettings, task: str, trees: Path, out: Path, data_ty
     return ps
 
 
-def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_from: Optional[Path] = None
-                  ) -> evaluation.EvalSettings:
+def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_from: Optional[Path] = None,
+                  samples: int = 1) -> evaluation.EvalSettings:
+    """eval.py's settings of one eval: greedy (EVAL_TEMP) with one episode a
+    task, or ``samples`` episodes a task at EVAL_SAMPLE_TEMP."""
     es = evaluation.EvalSettings(
-        task=task, model_type="test", temperature=s.eval_temperature, max_token_length=s.max_token_length,
+        task=task, model_type="test", samples=samples, max_token_length=s.max_token_length,
+        temperature=s.eval_sample_temperature if samples > 1 else s.eval_temperature,
         env_server_base=s.servers[task], max_steps=s.revise_max_steps if revise_from else s.eval_max_steps,
         output_dir=str(out),
         concurrency=s.concurrency, seed=s.seed, max_new_tokens=s.max_new_tokens,
@@ -205,6 +208,24 @@ def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dic
             "success_pct": round(100 * sm["success_rate"], 4), "mean_steps": round(sm["mean_steps"], 4),
             "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()},
             **episode_stats(done.run_dir, [t.key for t in planned.tasks], es.task or "")}
+
+
+def sampled_eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy) -> dict:
+    """model ``p`` on every task's test split, EVAL_SAMPLES episodes a task:
+    Pass@k beside the greedy eval's success (the test split only)."""
+    stats: dict[str, Any] = {"samples": s.eval_samples, "temperature": s.eval_sample_temperature, "test": {}}
+    for task in s.tasks:
+        es = eval_settings(s, task, out, p, samples=s.eval_samples)
+        planned = evaluation.plan(es)
+        done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned)
+        if done.failed:
+            raise StageIncomplete(f"sampled eval of {task} in {done.run_dir}: {done.failed} episode(s) failed on "
+                                  "env errors")
+        sm = done.summary
+        stats["test"][task] = {"tasks": sm["tasks"], "episodes": sm["episodes"],
+                               "success_pct": round(100 * sm["success_rate"], 4), "pass_at_k": sm["pass_at_k"],
+                               "per_task": sm["per_task"], "revision_turns": sm["revision_turns"]}
+    return stats
 
 
 def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise_from: Optional[Path]) -> dict:
