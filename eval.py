@@ -2,6 +2,7 @@
 and a summary (score x100, success rate, steps, loops).
 
     TASK=textcraft MODEL_DIR=models/tiny python eval.py --limit 20
+    TASK=textcraft TEMP=1 python eval.py --samples 8     # 8 episodes a task: Pass@1, 2, 4, 8
     python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval --plot compare.png
 
 Results go to {output_dir}/{TASK}/{model_name}_{MODEL_TYPE}/; rerunning the
