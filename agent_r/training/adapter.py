@@ -21,6 +21,7 @@ from typing import Any
 
 from agent_r.io import file_sha256
 from agent_r.settings import UsageError
+from agent_r.training.saving import save_model
 
 LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKSUM = "merged_sha256"   # the adapter's record of the merged weights it made
@@ -97,7 +98,6 @@ def apply_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
     from transformers import AutoModelForCausalLM
 
     from agent_r.llm.model_files import model_dtype
-    from agent_r.training.cpu import save_model
 
     adapter_dir = Path(adapter_dir)
     if not (adapter_dir / "adapter_config.json").is_file():

@@ -41,11 +41,9 @@ saved in fp32 as before.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,16 +52,12 @@ from typing import Any, Callable, Iterable
 from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.llm.model_files import cpu_bf16_native, model_dtype
 from agent_r.settings import UsageError
+from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
 from agent_r.training.data import training_records
+from agent_r.training.saving import save_model
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
-
-# Files of a model directory that are not weights or config: copied verbatim, so
-# tokenizer files stay in the form transformers 4.48 (XTuner) reads too.
-COPIED_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                "chat_template.jinja")
-
 
 @dataclass
 class Example:
@@ -228,33 +222,6 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
                        f"fine-tune ({device}, bf16 autocast)" if bf16_autocast else f"fine-tune ({device})")
 
 
-def save_model(model: Any, source: Path, out: Path, state_dict: dict | None = None,
-               dtype_name: str | None = None) -> None:
-    """Weights and config from the model (or ``state_dict``, e.g. gathered from
-    every process and cast to the saving dtype), the other files copied from
-    ``source``; written beside ``out`` and renamed, so ``out`` is complete or
-    absent. Every trainer saves through here, so every trained model loads in
-    both transformers 5.x and XTuner's 4.x, keeps its tied weights as one
-    tensor and names one dtype in its config (agent_r/training/tied.py)."""
-    from agent_r.training.tied import set_config_dtype, tensor_dtype, tied_copies, without_copies
-
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    state = without_copies(model.state_dict() if state_dict is None else state_dict, tied_copies(model))
-    model.save_pretrained(tmp, state_dict=state, safe_serialization=True)
-    for name in COPIED_FILES:
-        if (source / name).exists():
-            shutil.copy(source / name, tmp / name)
-    cfg_path = tmp / "config.json"
-    cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    rope = cfg.get("rope_parameters") or {}
-    cfg.setdefault("rope_theta", rope.get("rope_theta", 10000.0))   # transformers 4.x (XTuner) reads these
-    cfg_path.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-    set_config_dtype(tmp, tensor_dtype(tmp) or dtype_name or cfg.get("dtype") or cfg.get("torch_dtype") or "float32")
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-
-
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
               threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
               adapter_dir: str | None = None, full_dir: str | None = None, device: str = "cpu") -> dict:
@@ -299,8 +266,6 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
     extra: dict = {}
     if lora is not None:
-        from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
-
         record = {**lora_record(lora), "base": str(model_dir), "data_files": [str(f) for f in data_files]}
         if svd:
             if full_dir:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Optional
 
 from agent_r.io import atomic_write_json, file_sha256
 from agent_r.settings import UsageError
-from agent_r.training.cpu import save_model
+from agent_r.training.saving import save_model
 from agent_r.training.settings import TrlKnobs
 
 

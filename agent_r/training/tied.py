@@ -18,7 +18,7 @@ is wrong. Two trainers wrote two:
   the model one tensor per name, which replaces the tied parameter by two
   (measured on CPU too; a plain, non-DeepSpeed checkpoint stays tied).
 
-So every trainer saves through ``agent_r.training.cpu.save_model``, which
+So every trainer saves through ``agent_r.training.saving.save_model``, which
 leaves the tied copies out (``tied_copies``: the names the model itself
 shares), and ``xtuner_config/train.sh`` runs this module on XTuner's output
 (``fix_saved_model``: the same names, found on an empty copy of the model

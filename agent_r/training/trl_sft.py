@@ -41,13 +41,11 @@ another run are ``agent_r/training/resume.py``'s, shared with ``eto.py``.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from agent_r.knobs import BUNDLED_MODEL_DIR, ModelDir, group_values
 from agent_r.settings import UsageError, nested, parse, run_cli, setting
@@ -58,18 +56,10 @@ from agent_r.training.cpu import examples
 from agent_r.training.data import training_records
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
 from agent_r.training.settings import TrainKnobs, TrainSeed, TrlKnobs
+from agent_r.training.trl_shared import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs,
+                                         tensorboard_dir, threads_setting)
 
 log = logging.getLogger(__name__)
-
-
-def threads_setting() -> Any:
-    return setting(0, minimum=0, help="torch CPU threads per process, 0 = torch's default (default 0)")
-
-
-def check_warmup(cfg: Any) -> None:
-    if cfg.warmup_ratio >= 1:
-        raise UsageError(f"WARMUP_RATIO={cfg.warmup_ratio} must be below 1: it is the fraction of the steps "
-                         "spent warming up")
 
 
 @dataclass
@@ -111,18 +101,6 @@ class TrlCommand(ModelDir):
 
 # --------------------------------------------------------------------------- data
 
-def load_tokenizer(model_dir: str) -> Any:
-    from transformers import AutoTokenizer
-
-    if not Path(model_dir).is_dir():
-        raise UsageError(f"MODEL_DIR={model_dir} is not a folder: set it to a Hugging Face model folder")
-    try:
-        return AutoTokenizer.from_pretrained(model_dir)
-    except (OSError, ValueError) as exc:
-        why = (str(exc).splitlines() or [""])[0]
-        raise UsageError(f"MODEL_DIR={model_dir}: no tokenizer loads from it ({why})") from None
-
-
 def xtuner_dataset(data_files: list[str], tokenizer: Any, cfg: TrlConfig) -> Any:
     """The samples XTuner would train on (agent + general at ETA, PACK=0), as
     a ``datasets.Dataset`` of ``input_ids`` and ``labels``."""
@@ -137,30 +115,6 @@ def xtuner_dataset(data_files: list[str], tokenizer: Any, cfg: TrlConfig) -> Any
 
 
 # --------------------------------------------------------------------------- trainer
-
-@contextlib.contextmanager
-def tensorboard_dir(path: Path) -> Iterator[None]:
-    """transformers' TensorBoard callback reads its folder from the
-    environment when the trainer is built; set it only for that moment."""
-    old = os.environ.get("TENSORBOARD_LOGGING_DIR")
-    os.environ["TENSORBOARD_LOGGING_DIR"] = old or str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TENSORBOARD_LOGGING_DIR", None)
-
-
-def checkpointing_kwargs(args_class: type, cfg: Any) -> dict[str, bool]:
-    """GRADIENT_CHECKPOINTING as the keyword ``args_class`` (a TrainingArguments
-    dataclass: SFTConfig, DPOConfig) takes. transformers 5.23 renamed
-    ``gradient_checkpointing`` to ``activation_checkpointing`` and keeps the old
-    name as a deprecated alias; releases before it only know the old name and
-    reject the new one, and requirements.txt allows both."""
-    on = cfg.gradient_checkpointing == "1" or (cfg.gradient_checkpointing == "auto" and cuda())
-    names = {f.name for f in fields(args_class)}
-    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": on}
-
 
 def sft_args(out: Path, cfg: TrlConfig) -> Any:
     from trl import SFTConfig
@@ -195,22 +149,6 @@ def sft_args(out: Path, cfg: TrlConfig) -> Any:
         ddp_find_unused_parameters=False,
         disable_tqdm=True,                       # logs go through quiet_logs(), to stderr
     )
-
-
-def quiet_logs(trainer: Any) -> Any:
-    """transformers prints every log dict to stdout (PrinterCallback);
-    stdout is for the command's result lines, so the logs go to ``logging``."""
-    from transformers import PrinterCallback, TrainerCallback
-
-    class LogToLogging(TrainerCallback):
-        def on_log(self, args: Any, state: Any, control: Any, logs: Optional[dict] = None, **kwargs: Any) -> None:
-            if state.is_world_process_zero and logs:
-                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
-                log.info("step %d/%d: %s", state.global_step, state.max_steps, shown)
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.add_callback(LogToLogging())
-    return trainer
 
 
 def prepare(model_dir: str, data_files: list[str], out_dir: str, cfg: TrlConfig) -> Run:

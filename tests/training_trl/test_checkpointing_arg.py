@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from trl import DPOConfig, SFTConfig
 
-from agent_r.training import eto, trl_sft
+from agent_r.training import eto, trl_sft, trl_shared
 from tests.training_trl.conftest import quick
 from tests.training_trl.test_eto import quick_dpo
 
@@ -36,6 +36,6 @@ def test_the_keyword_follows_the_fields_of_the_config_class():
         gradient_checkpointing: bool = False
 
     cfg = quick(gradient_checkpointing="1")
-    assert trl_sft.checkpointing_kwargs(Before523, cfg) == {"gradient_checkpointing": True}
-    assert trl_sft.checkpointing_kwargs(From523, cfg) == {"activation_checkpointing": True}
-    assert trl_sft.checkpointing_kwargs(SFTConfig, cfg) == trl_sft.checkpointing_kwargs(DPOConfig, cfg)
+    assert trl_shared.checkpointing_kwargs(Before523, cfg) == {"gradient_checkpointing": True}
+    assert trl_shared.checkpointing_kwargs(From523, cfg) == {"activation_checkpointing": True}
+    assert trl_shared.checkpointing_kwargs(SFTConfig, cfg) == trl_shared.checkpointing_kwargs(DPOConfig, cfg)
