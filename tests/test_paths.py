@@ -16,6 +16,7 @@ from agent_r.settings import UsageError
     ("ft:gpt-4o-mini:org::abc", "ft:gpt-4o-mini:org::abc"), ("my model", "my model"),
     ("/models/llama", "llama"), ("/models/llama/", "llama"), ("./llama", "llama"), ("../../llama", "llama"),
     ("~/models/llama", "llama"), ("/a/b/c/llama", "llama"), ("C:\\models\\llama", "llama"),
+    ("models/org/name", "name"), ("runs/smollm2/iter_1/model/agent-r/hf", "hf"),   # relative, 3+ parts
     ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama--Llama-3.1-8B-Instruct"),
 ])
 def test_a_model_name_becomes_one_folder(name, folder):

@@ -83,3 +83,31 @@ def test_a_folder_without_an_adapter_gets_one_line(tmp_path):
     base = build_family_model(tmp_path / "base", "chatml")
     with pytest.raises(UsageError, match="is not a LoRA adapter folder"):
         apply_adapter(base, tmp_path, tmp_path / "out")
+
+
+@pytest.mark.parametrize("alpha", [128, 16])
+def test_an_svd_adapter_at_an_alpha_other_than_its_rank_rebuilds_the_change(tmp_path, alpha):
+    """The SVD adapter divides by peft's scale alpha / rank, so a full-rank
+    adapter at any alpha merges back into the changed weights (to float
+    precision), and the untouched layers stay the pretrained ones."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    base = build_family_model(tmp_path / "base", "chatml", hidden=64)
+    tuned = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in tuned.named_parameters():
+            if name.rsplit(".", 2)[-2] in Lora().targets:
+                p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    lora = Lora(rank=64, alpha=alpha, full_then_svd=True)
+    wrapped, kept = lora.from_delta(base, tuned)
+    assert kept == pytest.approx(1.0)
+    merged = dict(wrapped.merge_and_unload().named_parameters())
+    pretrained = dict(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).named_parameters())
+    for name, weight in tuned.named_parameters():
+        if name.rsplit(".", 2)[-2] in lora.targets:
+            change = (weight - pretrained[name]).norm()
+            assert (merged[name] - weight).norm() < 1e-4 * change, name
+        else:
+            assert torch.equal(merged[name], pretrained[name]), name
