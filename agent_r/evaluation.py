@@ -37,7 +37,8 @@ from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, ShardSettings, TaskChoice, Temperature,
                            WaitReply, concurrency_setting, env_server_setting, max_new_tokens_setting,
                            resolved_model_name, seed_setting)
-from agent_r.llm import BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend
+from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend,
+                         weights_sha256)
 from agent_r.manifest import write_manifest
 from agent_r.report import summarize_dir
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
@@ -255,13 +256,15 @@ class _Recorder:
 
 
 def evaluate(settings: EvalSettings, backend: Backend | None, new_client: Callable[[], Any] | None = None,
-             clients: list[Any] | None = None, planned: Plan | None = None) -> EvalRun:
+             clients: list[Any] | None = None, planned: Plan | None = None, root: Path | None = None) -> EvalRun:
     """Run the episodes still missing in the run directory with ``backend``
     (a ready one, or a ``LazyBackend`` loaded at the first model turn), then
     write and return the run's summary (library use: tests, benches, the loop).
 
     ``clients`` are already-open env clients to reuse; they are closed here.
-    ``new_client`` replaces the task's client factory (tests wrap it)."""
+    ``new_client`` replaces the task's client factory (tests wrap it).
+    ``root``: the folder of the run this eval belongs to (the loop's), which
+    the summary's paths are written relative to (``paths.portable``)."""
     validate(settings)
     settings.finish()
     planned = planned if planned is not None else plan(settings)
@@ -275,7 +278,7 @@ def evaluate(settings: EvalSettings, backend: Backend | None, new_client: Callab
     else:
         for client in clients or []:
             close_quietly(client)
-    summary = _write_summary(settings, planned, run_dir, backend)
+    summary = _write_summary(settings, planned, run_dir, backend, root)
     return EvalRun(run_dir, summary, ran=len(planned.todo), failed=failed,
                    skipped=len(planned.tasks) - len(planned.todo))
 
@@ -312,9 +315,11 @@ def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_clien
     return record.failed
 
 
-def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend: Backend | None) -> dict[str, Any]:
+def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend: Backend | None,
+                   root: Path | None = None) -> dict[str, Any]:
     """summary.json from every result file of the run folder, with the model
-    and its calls when this invocation had work for one."""
+    (and its weights' sha256) and its calls when this invocation had work for
+    one; paths relative to ``root`` or the repository (``paths.portable``)."""
     summary = summarize_dir(run_dir, planned.spec)
     summary["mode"] = "revise" if settings.revise_from else "test"
     summary["wait_reply"] = settings.wait_reply
@@ -325,6 +330,10 @@ def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend
         summary["backend_stats"] = used.stats.as_dict()
     elif backend is not None and planned.todo:      # episodes ran but none reached the model
         summary["backend_stats"] = BackendStats().as_dict()
+    sha = weights_sha256(settings.backend.model_dir) if used is not None else None
+    if sha:
+        summary["model_sha256"] = sha
+    summary = paths.portable_paths(summary, root)
     atomic_write_json(paths.summary_file(run_dir), summary)
     return summary
 

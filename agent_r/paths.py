@@ -57,6 +57,39 @@ SEARCH_ROOT = "mcts_result"         # mcts_collection.py's default --output_dir
 _SEPARATOR = re.compile(r"[\\/]+")
 
 
+# --------------------------------------------------------------------------- paths in committed files
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def portable(path: str | Path, root: str | Path | None = None) -> str:
+    """A path as a results file records it: relative to ``root`` (a run's
+    folder) when inside it, else relative to the repository when inside it,
+    else as given. Why: results are committed and compared across machines,
+    and the folder a checkout or a run happened to lie in says nothing about
+    what was run; a model is named by where it lies in the repository (and
+    by its weights' sha256, ``agent_r.llm.weights_sha256``)."""
+    resolved = Path(path).expanduser().resolve()
+    for base in ([Path(root).resolve()] if root is not None else []) + [REPOSITORY]:
+        try:
+            return resolved.relative_to(base).as_posix() or "."
+        except ValueError:
+            continue
+    return str(path)
+
+
+def portable_paths(value: Any, root: str | Path | None = None) -> Any:
+    """``value`` (a JSON document) with every absolute path string, and each
+    absolute path of a comma-separated list, made ``portable``."""
+    if isinstance(value, dict):
+        return {k: portable_paths(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable_paths(v, root) for v in value]
+    if isinstance(value, str) and value.startswith(("/", "~")) and "\n" not in value:
+        return ",".join(portable(part, root) if part.startswith(("/", "~")) else part for part in value.split(","))
+    return value
+
+
 # --------------------------------------------------------------------------- names
 
 def folder_name(name: str) -> str:
@@ -318,9 +351,6 @@ class Layout:
         return self.root / name
 
     def shown(self, path: str | Path) -> str:
-        """A path as results show it: relative to the run when inside it, so
-        two runs of the same settings give equal results."""
-        try:
-            return str(Path(path).resolve().relative_to(self.root.resolve()))
-        except ValueError:
-            return str(path)
+        """A path as results show it (``portable``): relative to the run when
+        inside it, so two runs of the same settings give equal results."""
+        return portable(path, self.root)

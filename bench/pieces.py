@@ -103,17 +103,22 @@ def bank(run: Path, dest: Path) -> int:
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
     files = banked_files(run)
+    pack([(rel.as_posix(), (run / rel).read_bytes()) for rel in files], dest)
+    return len(files)
+
+
+def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
+    """``dest/state.tar.gz`` holding ``members`` (name, bytes) in name order,
+    with no times or owners: the same members give the same bytes."""
     dest.mkdir(parents=True, exist_ok=True)
     part = dest / f"{ARCHIVE}.part"
     with open(part, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(files):
-            data = (run / rel).read_bytes()
-            info = tarfile.TarInfo(rel.as_posix())
+        for name, data in sorted(members):
+            info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
     os.replace(part, dest / ARCHIVE)
-    return len(files)
 
 
 def restore(src: Path, run: Path) -> int:

@@ -40,7 +40,7 @@ from agent_r.llm.hf_backend import CPU_HF_BATCH, HFBackend, gc_paused
 from agent_r.llm.lazy import LazyBackend
 from agent_r.llm.model_files import (BUNDLED_MODEL, CPU_PARAMETER_LIMIT, check_cpu_allowed, cuda_usable,
                                      engine_max_model_len, format_parameters, model_config, model_position_limit,
-                                     parameter_count, resolve_model_dir)
+                                     parameter_count, resolve_model_dir, weights_sha256)
 from agent_r.llm.openai_backend import OpenAIBackend
 from agent_r.llm.rules import DuplicateWatch, combined_seed, derive_seed, duplicate_watch, single_if_greedy, too_long
 from agent_r.llm.vllm_backend import CPU_KV_CACHE_GIB, VLLMBackend
@@ -52,4 +52,5 @@ __all__ = [
     "chat_token_count", "check_cpu_allowed", "combined_seed", "cuda_usable", "cut_at_stop", "derive_seed",
     "duplicate_watch", "engine_max_model_len", "format_parameters", "gc_paused", "load_tokenizer", "make_backend",
     "model_config", "model_position_limit", "parameter_count", "resolve_model_dir", "single_if_greedy", "too_long",
+    "weights_sha256",
 ]

@@ -4,6 +4,7 @@ it may run on this machine, which dtype it runs in on this CPU, and how long
 a vLLM engine for it should be."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -13,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from agent_r.io import file_sha256
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,25 @@ def resolve_model_dir(value: str | None) -> str:
         f"MODEL_DIR={value!r} does not exist: set MODEL_DIR to a directory holding a Hugging Face "
         "model (config.json + tokenizer files) or to a hub id such as meta-llama/Llama-3.1-8B-Instruct."
     )
+
+
+_WEIGHTS_SHA256: dict[tuple, str] = {}
+
+
+def weights_sha256(model_dir: str | None) -> str | None:
+    """What a model is, whatever folder it lies in: the sha256 of its one
+    safetensors file (the checksum an adapter's record names), or of its
+    shards' sha256s in name order; None for a hub id or a folder without
+    safetensors. Kept per process by (path, size, mtime): the loop names a
+    model in several rows."""
+    files = sorted(Path(model_dir).glob("*.safetensors")) if model_dir and Path(model_dir).is_dir() else []
+    if not files:
+        return None
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _WEIGHTS_SHA256:
+        hashes = [file_sha256(f) for f in files]
+        _WEIGHTS_SHA256[key] = hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
+    return _WEIGHTS_SHA256[key]
 
 
 def model_config(model_dir: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from agent_r import passk, plots
 from agent_r.io import atomic_write_json, atomic_write_text
-from agent_r.paths import LOSSES_PNG, RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout
+from agent_r.paths import LOSSES_PNG, RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout, portable_paths
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons
 from agent_r.settings import manifest_config
@@ -201,11 +201,13 @@ def write_loss_plot(rows: list[dict], path: Path) -> None:
 
 
 def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer: str) -> None:
-    """results.json, results.md and results.png, each replaced atomically."""
-    atomic_write_json(layout.results(RESULTS_JSON), {
+    """results.json, results.md and results.png, each replaced atomically;
+    results.json names files relative to the run or the repository
+    (``paths.portable``), so a run copied elsewhere reads the same."""
+    atomic_write_json(layout.results(RESULTS_JSON), portable_paths({
         "name": s.name, "tasks": s.tasks, "variants": s.variant_list, "iterations": s.iterations,
         "train_from": s.train_from, "trainer": trainer, "wait_reply": s.wait_reply, "config": manifest_config(s),
-        "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)})
+        "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)}, layout.root))
     atomic_write_text(layout.results(RESULTS_MD), markdown(s, rows))
     write_plot(s, rows, layout.results(RESULTS_PNG))
     write_loss_plot(rows, layout.results(LOSSES_PNG))

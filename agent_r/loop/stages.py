@@ -21,6 +21,7 @@ from agent_r import evaluation, export, revision_data, search
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import group_values
+from agent_r.llm import weights_sha256
 from agent_r.loop.models import ModelPool, Policy
 from agent_r.loop.revise_task import revise_tasks_file, write_revise_tasks
 from agent_r.loop.settings import IterateSettings
@@ -196,11 +197,16 @@ def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_di
 
 # --------------------------------------------------------------------------- evaluation
 
-def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dict:
+def run_root(s: IterateSettings) -> Path:
+    """The run's folder, which its files' paths are written relative to."""
+    return Path(s.runs_dir) / s.name
+
+
+def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy, root: Path) -> dict:
     """One eval run (resumed per task); the model loads only if tasks remain.
     An episode that failed for good leaves the stage unfinished."""
     planned = evaluation.plan(es)
-    done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned)
+    done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned, root=root)
     if done.failed:
         raise StageIncomplete(f"eval of {es.task} in {done.run_dir}: {done.failed} episode(s) failed on env errors")
     sm = done.summary
@@ -217,7 +223,7 @@ def sampled_eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy
     for task in s.tasks:
         es = eval_settings(s, task, out, p, samples=s.eval_samples)
         planned = evaluation.plan(es)
-        done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned)
+        done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned, root=run_root(s))
         if done.failed:
             raise StageIncomplete(f"sampled eval of {task} in {done.run_dir}: {done.failed} episode(s) failed on "
                                   "env errors")
@@ -233,10 +239,11 @@ def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise
     ``revise_from`` is the folder of the revise-task files (None: the base
     run, which writes them from its own failures). The statistics record
     WAIT_REPLY, so a rerun can tell which setting a finished eval used."""
-    stats: dict[str, Any] = {"wait_reply": s.wait_reply, "test": {}, "revise_task": {}}
+    stats: dict[str, Any] = {"wait_reply": s.wait_reply, "model_sha256": weights_sha256(p.model_dir), "test": {},
+                             "revise_task": {}}
     for task in s.tasks:
         es = eval_settings(s, task, out, p)
-        stats["test"][task] = evaluate_one(es, pool, p)
+        stats["test"][task] = evaluate_one(es, pool, p, run_root(s))
         if s.revise_limit == 0:
             continue
         source = revise_tasks_file(revise_from or out, task)
@@ -246,5 +253,6 @@ def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise
             log.info("revision task of %s: %d of %d failed test episodes, each cut at a random step", task,
                      counts["episodes"], counts["failed"])
         if source.exists() and source.stat().st_size:
-            stats["revise_task"][task] = evaluate_one(eval_settings(s, task, out, p, revise_from=source), pool, p)
+            stats["revise_task"][task] = evaluate_one(eval_settings(s, task, out, p, revise_from=source), pool, p,
+                                                      run_root(s))
     return stats

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import file_sha256
+from agent_r.paths import portable_paths
 from agent_r.settings import UsageError
 from agent_r.training.saving import save_model
 
@@ -117,14 +118,19 @@ def apply_adapter(base_dir: str | Path, adapter_dir: str | Path, out_dir: str | 
 
 def save_adapter(peft_model: Any, adapter_dir: Path, record: dict) -> None:
     """The adapter weights (bf16: half the size, merged in fp32 anyway),
-    config and ``record`` (what it was trained on), beside and renamed."""
+    config and ``record`` (what it was trained on), beside and renamed; the
+    base model and data named relative to the repository where they lie in
+    it (``paths.portable``), as the adapter is committed."""
     import torch
 
     tmp = adapter_dir.with_name(adapter_dir.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.to(torch.bfloat16) for k, v in _adapter_state(peft_model).items()}
     peft_model.save_pretrained(str(tmp), state_dict=state)
-    (tmp / "adapter_record.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    config = json.loads((tmp / "adapter_config.json").read_text(encoding="utf-8"))
+    (tmp / "adapter_config.json").write_text(json.dumps(portable_paths(config), indent=2, sort_keys=True) + "\n",
+                                             encoding="utf-8")
+    (tmp / "adapter_record.json").write_text(json.dumps(portable_paths(record), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(adapter_dir, ignore_errors=True)
     tmp.rename(adapter_dir)
 

@@ -67,7 +67,7 @@ def test_iterate_results_png_comes_from_the_same_helper(tmp_path):
 
     from agent_r.loop import results
 
-    s = SimpleNamespace(tasks=["textcraft", "sciworld"], variant_list=["agent-r", "direct"], iterations=1)
+    s = SimpleNamespace(tasks=["textcraft", "sciworld"], variant_list=["agent-r", "direct"], iterations=1, eval_samples=1)
     test = lambda a, b: {"textcraft": {"success_pct": a}, "sciworld": {"success_pct": b}}  # noqa: E731
     rows = [{"iteration": 0, "variant": "base", "test": test(10.0, 20.0)},
             {"iteration": 1, "variant": "agent-r", "test": test(30.0, 50.0)},

@@ -100,7 +100,7 @@ def test_each_iteration_gets_its_alpha_and_epochs_and_never_searches_the_base_mo
     assert searched[1] == searched[2] == [4, 6, 7, 8, 9]   # 1-3 taught, 0 and 5 test tasks
     results = json.loads((root / "results.json").read_text())
     assert results["search_tasks"]["textcraft"] == {"chosen": 8, "taught_left_out": 3, "searched": 5,
-                                                    "task_list": str(root / "search_tasks_textcraft.json")}
+                                                    "task_list": "search_tasks_textcraft.json"}   # run-relative
     rows = {r["iteration"]: r for r in results["rows"]}
     assert [round(rows[k]["alpha"]["textcraft"], 6) for k in (1, 2)] == [0.5, 0.7]
     assert [rows[k]["epochs"] for k in (1, 2)] == [2, 1]

@@ -1,0 +1,25 @@
+"""Committed artefacts name models and files by what they are, not by the
+machine that made them: no tracked JSON artefact holds an absolute path, and
+the rewrite of older files changes paths only (tests/loop/
+test_portable_results.py holds the writers)."""
+from __future__ import annotations
+
+from scripts import portable_artefacts
+
+
+def test_no_tracked_artefact_holds_an_absolute_path(capsys):
+    assert portable_artefacts.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_a_path_becomes_relative_to_its_run_or_the_repository():
+    rewrite = portable_artefacts.rewrite_path
+    assert rewrite("/work/runs/smollm2/iter_1/model/agent-r/hf", "smollm2") == "iter_1/model/agent-r/hf"
+    assert rewrite("/work/runs/smollm2", "smollm2") == "."
+    assert rewrite("/scratch/x/runs/other/iter_1", "smollm2") == "runs/other/iter_1"
+    assert rewrite("/home/me/agent-r/models/smollm2-textcraft-base", None) == "models/smollm2-textcraft-base"
+    assert rewrite("/opt/llama", None) is None
+    unknown: list[str] = []
+    text = '{"a": 1.50, "b": "/w/runs/r/x.jsonl,/w/runs/r/y.jsonl", "c": "/", "d": "/opt/llama"}'
+    assert portable_artefacts.rewrite_text(text, "r", "f", unknown) == \
+        '{"a": 1.50, "b": "x.jsonl,y.jsonl", "c": "/", "d": "/opt/llama"}'
+    assert unknown == ["f: /opt/llama"]
