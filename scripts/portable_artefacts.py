@@ -6,15 +6,15 @@ the repository relative to the repository.
     python -m scripts.portable_artefacts            # rewrite in place; prints what changed
     python -m scripts.portable_artefacts --check    # exit 1 if any tracked artefact holds one
 
-Which files: every tracked ``*.json`` under bench/ and models/, and the
-summary.json / results.json members of the reproduction banks (what a
-restored run copies back into bench/reproduction). Only path strings
-change, in place in the text, so every number and the formatting stay as
-they were. Kept because files written before the writers changed (and banks
+Which files: every tracked ``*.json`` under bench/, models/ and
+reproduction/, and the summary.json / results.json members of the
+reproduction banks (what a restored run copies back into
+reproduction/<run>/). Only path strings change, in place in the text, so
+every number and the formatting stay as they were. Kept because files written before the writers changed (and banks
 made by an older checkout) are fixed by running it again; it is idempotent.
 
 What a path becomes, for a file of the run ``<run>`` (under
-bench/reproduction/<run>/, or a bank of that run or of its pieces):
+reproduction/<run>/, or a bank of that run or of its pieces):
 ``.../runs/<run>/iter_1/x`` -> ``iter_1/x``; elsewhere the part from the
 first folder the repository has at its top (``/work/main/models/m`` ->
 ``models/m``, ``/scratch/runs`` -> ``runs``); a path that names none of
@@ -31,12 +31,12 @@ import tarfile
 from pathlib import Path
 
 from agent_r.paths import REPOSITORY
-from bench.pieces import ARCHIVE, pack
+from reproduction.pieces import ARCHIVE, pack
 
 # a JSON string literal that is an absolute POSIX path of two or more folders (or a comma list of them)
 ABSOLUTE = re.compile(r'"(/[^"\\/\s]+/(?:[^"\\]|\\.)*)"')
 NOT_ARTEFACTS = ("tokenizer.json", "tokenizer_config.json", "vocab.json")   # a model's vocabulary, not paths
-TOP = {"models", "runs", "bench", "work_dirs", "test_result", "demo_output", "mcts_result", "revise_data",
+TOP = {"models", "runs", "bench", "reproduction", "work_dirs", "test_result", "demo_output", "mcts_result", "revise_data",
        "scripts", "tests", "agent_r"}
 BANK_MEMBERS = ("summary.json", "results.json")
 
@@ -69,14 +69,14 @@ def rewrite_text(text: str, run: str | None, where: str, unknown: list[str]) -> 
 
 
 def run_of(path: Path) -> str | None:
-    """The run whose files ``path`` holds: bench/reproduction/<run>/..., its
+    """The run whose files ``path`` holds: reproduction/<run>/..., its
     bank, or a piece's bank (the piece is a run of its own)."""
     parts = path.relative_to(REPOSITORY).parts
-    if parts[:2] != ("bench", "reproduction") or len(parts) < 4:
+    if parts[0] != "reproduction" or len(parts) < 3:
         return None
     if "pieces" in parts:
         return parts[parts.index("pieces") + 1]
-    return parts[2]
+    return parts[1]
 
 
 def tracked(patterns: list[str]) -> list[Path]:
@@ -113,9 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a file would change")
     args = parser.parse_args(argv)
     unknown: list[str] = []
-    artefacts = [p for p in tracked(["bench/*.json", "models/*.json"]) if p.name not in NOT_ARTEFACTS]
+    artefacts = [p for p in tracked(["bench/*.json", "models/*.json", "reproduction/*.json"])
+                 if p.name not in NOT_ARTEFACTS]
     changed = [p for p in artefacts if fix_json(p, args.check, unknown)]
-    changed += [p for p in tracked([f"bench/*/{ARCHIVE}"]) if fix_bank(p, args.check, unknown)]
+    changed += [p for p in tracked([f"reproduction/*/{ARCHIVE}"]) if fix_bank(p, args.check, unknown)]
     for path in changed:
         print(f"{'would rewrite' if args.check else 'rewrote'} {path.relative_to(REPOSITORY)}")
     for line in unknown:

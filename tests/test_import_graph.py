@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agent_r", "agentenv_client", "agentenv_servers", "scripts", "bench")
+PACKAGES = ("agent_r", "agentenv_client", "agentenv_servers", "scripts", "bench", "reproduction")
 
 
 def project_modules() -> dict[str, Path]:

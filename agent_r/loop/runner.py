@@ -89,7 +89,7 @@ class Loop:
 
     def train_once(self, k: int, variant: str, model_dir: Path, work: Callable[[], dict]) -> dict:
         """The train stage of model_k. A finished fine-tune whose weights are
-        gone (a run restored from its small state: bench/pieces.py) is redone
+        gone (a run restored from its small state: reproduction/pieces.py) is redone
         only where a stage still to run reads the model; one process at a
         time, so runs that share an iteration (pieces) fine-tune it once."""
         with _locked(model_dir):

@@ -13,7 +13,7 @@ searches the rest through a task list in the run folder, and stops with one
 line only when nothing would be left.
 
 ``pick`` chooses N of the other train tasks spread over the recipe depths
-(seeded): what bench/reproduce_paper.sh searches.
+(seeded): what reproduction/reproduce_paper.sh searches.
 
     python -m agent_r.loop.search_tasks --model_dir models/textcraft-base --n 200 --out tasks.json
 """

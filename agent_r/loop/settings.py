@@ -47,7 +47,7 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
     stop_after: str = setting("", env="STOP_AFTER", choices=("", "data"), help="data: the last iteration "
                               "stops after its data stage, and no model is evaluated (the base model "
                               "included): search and build data on this machine, fine-tune and evaluate on "
-                              "another, e.g. one part of the tasks per machine (bench/pieces.py merges the parts) "
+                              "another, e.g. one part of the tasks per machine (reproduction/pieces.py merges the parts) "
                               "(default: every stage)")
     train_from: str = setting("previous", env="TRAIN_FROM", choices=("previous", "base"),
                               help="previous: model_k = model_{k-1} fine-tuned on iteration k's data; base: the "

@@ -54,7 +54,7 @@ def test_split_file_reaches_the_search_and_the_guard_still_holds(tmp_path, textc
 
 
 def test_reproduce_full_shards_write_the_folder_the_loop_reads(tmp_path, textcraft_server):
-    """bench/reproduce_full.sh searches iteration 1 with mcts_collection.py
+    """reproduction/reproduce_full.sh searches iteration 1 with mcts_collection.py
     shards beside the base eval. Were their folder not the one iterate.py's
     search stage reads (it names a model's folders by its label), each
     variant would silently search every tree again: the first run of that
@@ -63,7 +63,7 @@ def test_reproduce_full_shards_write_the_folder_the_loop_reads(tmp_path, textcra
 
     from agent_r.search import SearchSettings
 
-    script = (ROOT / "bench" / "reproduce_full.sh").read_text()
+    script = (ROOT / "reproduction" / "reproduce_full.sh").read_text()
     command = script[script.index('"$PY" mcts_collection.py'):]
     command = command[:command.index(" > ")].replace("\\\n", " ")
     split = tmp_path / "tasks.json"

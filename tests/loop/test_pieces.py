@@ -1,4 +1,4 @@
-"""A run in pieces (bench/pieces.py): an iteration's search and data split
+"""A run in pieces (reproduction/pieces.py): an iteration's search and data split
 over task parts (iterate.py with STOP_AFTER=data), merged into the whole
 run, banked without trees or weights, restored into an empty runs folder and
 carried on to training and evaluation there. The merged data must be the
@@ -15,7 +15,7 @@ from agent_r.io import read_json
 from agent_r.loop import run
 from agent_r.loop.stages import export_rows
 from agent_r.settings import UsageError
-from bench import pieces
+from reproduction import pieces
 from tests.loop.conftest import FLAGS, SMALL, settings_for
 
 TASKS = [{"item_id": f"textcraft_{i}"} for i in (1, 2, 3, 4)]

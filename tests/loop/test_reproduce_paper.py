@@ -1,4 +1,4 @@
-"""bench/reproduce_paper.sh searches iteration 1 with mcts_collection.py
+"""reproduction/reproduce_paper.sh searches iteration 1 with mcts_collection.py
 (shards beside the base eval, then one process for what they left) into the
 folder iterate.py's search stage reads, with the loop's search settings; were
 it another folder, every variant would silently search all trees again."""
@@ -17,7 +17,7 @@ from agent_r.search import SearchSettings
 from agent_r.settings import parse
 from tests.loop.conftest import ROOT
 
-SCRIPT = (ROOT / "bench" / "reproduce_paper.sh").read_text()
+SCRIPT = (ROOT / "reproduction" / "reproduce_paper.sh").read_text()
 
 
 def commands(program: str) -> list[str]:
@@ -74,7 +74,7 @@ def test_its_loop_flags_parse():
 
 def test_it_runs_from_a_private_copy_that_it_removes(tmp_path):
     """bash reads a script as it goes, so the hours-long run executes a copy
-    (an edit of bench/reproduce_paper.sh mid-run would otherwise derail it);
+    (an edit of reproduction/reproduce_paper.sh mid-run would otherwise derail it);
     the copy is unlinked at once, and the checks still run in the repository."""
     import os
     import subprocess
@@ -83,7 +83,7 @@ def test_it_runs_from_a_private_copy_that_it_removes(tmp_path):
     copies.mkdir()
     env = {**os.environ, "TMPDIR": str(copies), "RUNS": str(tmp_path / "runs"), "MODEL_DIR": str(tmp_path / "none")}
     env.pop("REPRODUCE_COPY", None)
-    done = subprocess.run(["bash", str(ROOT / "bench" / "reproduce_paper.sh")], cwd=tmp_path, env=env,
+    done = subprocess.run(["bash", str(ROOT / "reproduction" / "reproduce_paper.sh")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and f"MODEL_DIR {tmp_path / 'none'} does not exist" in done.stderr
     assert list(copies.iterdir()) == []
@@ -102,7 +102,7 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
 
     from pathlib import Path
 
-    from bench.pieces import ARCHIVE, bank as bank_run, banked_files, restore, status
+    from reproduction.pieces import ARCHIVE, bank as bank_run, banked_files, restore, status
     from tests.loop.doubles import DOUBLE
 
     runs, bank = tmp_path / "runs", tmp_path / "bank"
@@ -116,7 +116,7 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
 
     def fresh_machine(**step: str) -> str:
         shutil.rmtree(runs, ignore_errors=True)
-        done = subprocess.run(["bash", str(ROOT / "bench" / "reproduce_paper.sh")], env={**env, **step},
+        done = subprocess.run(["bash", str(ROOT / "reproduction" / "reproduce_paper.sh")], env={**env, **step},
                               capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
         return done.stdout

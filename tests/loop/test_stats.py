@@ -147,7 +147,7 @@ def _write_results_repeatedly(folder: str, start, failures) -> None:
 
 
 def test_loop_processes_of_one_run_write_results_at_once(tmp_path):
-    """bench/reproduce_paper.sh runs one loop process per variant in the same
+    """reproduction/reproduce_paper.sh runs one loop process per variant in the same
     run folder; each rewrites results.* after every stage, so the writes
     overlap and none may fail on another's temporary file."""
     ctx = multiprocessing.get_context("fork")

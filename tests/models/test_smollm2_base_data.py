@@ -33,7 +33,7 @@ def test_one_in_eight_verifier_rows_keep_the_files_mix_of_judgements(tmp_path):
 
 
 def test_data_only_writes_the_bases_own_recipe_as_the_loops_general_data(tmp_path, capsys):
-    """bench/reproduce_paper.sh replays the SmolLM2 base's own training rows at
+    """reproduction/reproduce_paper.sh replays the SmolLM2 base's own training rows at
     ETA: two expert episodes per taught task and the seeded 1 in 8 verifier
     rows, sized by the base's tokenizer (a tiny ChatML one here)."""
     from scripts.make_smollm2_base import main

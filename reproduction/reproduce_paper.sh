@@ -6,7 +6,7 @@
 # eval on all 100 test tasks and the revision task after every iteration.
 # docs/iterate.md ("The paper's regime") explains each setting.
 #
-# It is iterate.py, spread over the cores as bench/reproduce_full.sh does: the
+# It is iterate.py, spread over the cores as reproduction/reproduce_full.sh does: the
 # base eval beside the iteration-1 search (mcts_collection.py shards writing
 # the folder iterate.py reads), then per iteration one iterate.py per variant
 # side by side, then one with every variant that only reads the finished
@@ -14,11 +14,11 @@
 # results (results.*, every eval's summary.json, the task list) are copied to
 # $REPRO_OUT. Rerunning resumes.
 #
-#   bash bench/reproduce_paper.sh                          # the full run (many hours on 2 cores)
-#   TRAIN_TASKS=2 EVAL_LIMIT=3 ITERATIONS=1 ITERA=1 NAME=smoke bash bench/reproduce_paper.sh
+#   bash reproduction/reproduce_paper.sh                          # the full run (many hours on 2 cores)
+#   TRAIN_TASKS=2 EVAL_LIMIT=3 ITERATIONS=1 ITERA=1 NAME=smoke bash reproduction/reproduce_paper.sh
 #
 # In pieces, where a machine lasts a few hours and only the repository carries over
-# (bench/pieces.py): ITERATIONS=0 evaluates the base model only; PIECE=j/n searches part j
+# (reproduction/pieces.py): ITERATIONS=0 evaluates the base model only; PIECE=j/n searches part j
 # of n of the train tasks in iteration $ITERATIONS and builds its data (STOP_AFTER=data) in
 # the run $NAME-piece-j-of-n; BANK=dir restores the run's banked state first and banks it
 # again at the end; MERGE=n joins the n pieces of iteration $ITERATIONS into the run.
@@ -28,7 +28,7 @@ set -euo pipefail
 if [ -z "${REPRODUCE_COPY:-}" ]; then
   cd "$(dirname "$0")/.."
   copy=$(mktemp "${TMPDIR:-/tmp}/reproduce_paper.XXXXXX")
-  cp bench/reproduce_paper.sh "$copy"
+  cp reproduction/reproduce_paper.sh "$copy"
   REPRODUCE_COPY=$copy exec bash "$copy" "$@"
 fi
 rm -f "$REPRODUCE_COPY"
@@ -37,7 +37,7 @@ rm -f "$REPRODUCE_COPY"
 PY=${PY:-$([ -x .venv-vllm/bin/python ] && echo .venv-vllm/bin/python || echo .venv/bin/python)}
 RUNS=${RUNS:-runs}
 NAME=${NAME:-repro_paper}
-REPRO_OUT=${REPRO_OUT:-bench/reproduction/$NAME}   # small results only: never trees or weights
+REPRO_OUT=${REPRO_OUT:-reproduction/$NAME}   # small results only: never trees or weights
 TRAIN_TASKS=${TRAIN_TASKS:-200}   # the paper's 200 TextCraft train tasks, none the base model was taught
 TASK_SEED=${TASK_SEED:-0}         # which of them (a seeded sample spread over the recipe depths)
 SHARDS=${SHARDS:-2}               # search shards beside the base eval; 0 = the loop searches iteration 1 itself
@@ -86,7 +86,7 @@ export LOGLEVEL=${LOGLEVEL:-INFO} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # (vllm's own "auto" binds every engine to the same core)
 export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 PIECE=${PIECE:-}                  # j/n: part j of n of iteration $ITERATIONS's search and data, in run $NAME-piece-j-of-n
-BANK=${BANK:-}                    # a committed folder of the run's small state (bench/pieces.py): restored, then banked
+BANK=${BANK:-}                    # a committed folder of the run's small state (reproduction/pieces.py): restored, then banked
 MERGE=${MERGE:-}                  # n: join the n finished pieces of iteration $ITERATIONS into run $NAME first
 VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
 unset VARIANTS
@@ -111,7 +111,7 @@ if [ ! -d "$MODEL_DIR" ]; then
   exit 2
 fi
 
-[ -n "$BANK" ] && "$PY" -m bench.pieces restore --bank "$BANK" --run "$ROOT"
+[ -n "$BANK" ] && "$PY" -m reproduction.pieces restore --bank "$BANK" --run "$ROOT"
 # The searched train tasks: TRAIN_TASKS of those the base model was not trained on.
 SPLIT="$ROOT/train_tasks.json"
 [ -f "$SPLIT" ] || "$PY" -m agent_r.loop.search_tasks --model_dir "$MODEL_DIR" --n "$TRAIN_TASKS" \
@@ -122,11 +122,11 @@ if [ -n "$PIECE" ]; then
   piece_name=$(piece_name "${PIECE%/*}" "${PIECE#*/}")
   [ -n "$BANK" ] && BANK="$BANK/pieces/$piece_name"
   mkdir -p "$RUNS/$piece_name"
-  "$PY" -m bench.pieces slice --split "$SPLIT" --part "${PIECE%/*}" --of "${PIECE#*/}" \
+  "$PY" -m reproduction.pieces slice --split "$SPLIT" --part "${PIECE%/*}" --of "${PIECE#*/}" \
       --out "$RUNS/$piece_name/train_tasks.json"
   NAME=$piece_name ROOT="$RUNS/$piece_name" SPLIT="$RUNS/$piece_name/train_tasks.json" LOGS="$RUNS/$piece_name/logs"
   mkdir -p "$LOGS"
-  [ -n "$BANK" ] && "$PY" -m bench.pieces restore --bank "$BANK" --run "$ROOT"
+  [ -n "$BANK" ] && "$PY" -m reproduction.pieces restore --bank "$BANK" --run "$ROOT"
 fi
 
 # General data (the paper's ShareGPT at ETA): the base model's own training data,
@@ -174,7 +174,7 @@ copy_results() {
 }
 
 # bank: the run's small state into $BANK (at every exit once the server is up)
-bank_state() { [ -z "$BANK" ] || "$PY" -m bench.pieces bank --run "$ROOT" --bank "$BANK" || true; }
+bank_state() { [ -z "$BANK" ] || "$PY" -m reproduction.pieces bank --run "$ROOT" --bank "$BANK" || true; }
 trap 'kill "$SERVER_PID" 2>/dev/null || true; bank_state' EXIT
 if [ -n "$PIECE" ]; then
   running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$ITERATIONS" ] || printf '%s,' "$v"; done)
@@ -192,9 +192,9 @@ if [ -n "$MERGE" ]; then
   pieces=$(for ((j = 1; j <= MERGE; j++)); do printf '%s/%s,' "$RUNS" "$(piece_name "$j" "$MERGE")"; done)
   for ((j = 1; j <= MERGE; j++)); do   # each piece's banked state, where its run folder is gone
     piece=$(piece_name "$j" "$MERGE")
-    [ -z "$BANK" ] || "$PY" -m bench.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
+    [ -z "$BANK" ] || "$PY" -m reproduction.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
   done
-  "$PY" -m bench.pieces merge --iteration "$ITERATIONS" --into "$ROOT" --pieces "$pieces" "${LOOP[@]:1}"
+  "$PY" -m reproduction.pieces merge --iteration "$ITERATIONS" --into "$ROOT" --pieces "$pieces" "${LOOP[@]:1}"
 fi
 # a search already done (merged from pieces) is not searched again: its trees may be gone
 [ "$ITERATIONS" -gt 0 ] && [ ! -f "$ROOT/iter_1/trees/base/.done.json" ] || SHARDS=-1

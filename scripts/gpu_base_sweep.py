@@ -13,7 +13,7 @@ four at once on an H200). Scoring is best done on the CPU path that ships
 the call (``--evals``; bench/RESULTS.md, "SmolLM2 base recipes trained on a
 lent H200").
 
-    python -m bench.gpu_base_sweep --out OUT --budget_s 540 \\
+    python -m scripts.gpu_base_sweep --out OUT --budget_s 540 \\
         --recipe v4= --recipe ep2=--epochs,2 --recipe var4=--variants,4
 
 A recipe is NAME=comma-separated make_smollm2_base arguments. Everything a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The first full CPU reproduction of Agent-R's self-training claim, with the
-# bundled model on TextCraft (the paper's regime is bench/reproduce_paper.sh): base eval on all 100 test tasks, then ITERATIONS
+# bundled model on TextCraft (the paper's regime is reproduction/reproduce_paper.sh): base eval on all 100 test tasks, then ITERATIONS
 # iterations of agent-r, direct and good, greedy eval after each. The results
 # are in bench/RESULTS.md, "Self-training reproduction".
 #
@@ -13,8 +13,8 @@
 # Rerunning resumes.
 # One process alone runs the same stages: `make reproduce` style, just slower.
 #
-#   bash bench/reproduce_full.sh                 # about 75 min on 2 idle cores
-#   TRAIN_TASKS=4 EVAL_LIMIT=5 ITERATIONS=1 NAME=smoke bash bench/reproduce_full.sh
+#   bash reproduction/reproduce_full.sh                 # about 75 min on 2 idle cores
+#   TRAIN_TASKS=4 EVAL_LIMIT=5 ITERATIONS=1 NAME=smoke bash reproduction/reproduce_full.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

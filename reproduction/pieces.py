@@ -1,6 +1,6 @@
 """A reproduction run in pieces, for machines that do not last as long as the run.
 
-bench/reproduce_paper.sh runs for a day or more on a 2-core box; where each
+reproduction/reproduce_paper.sh runs for a day or more on a 2-core box; where each
 working session gets a fresh machine for a few hours and only the repository
 carries over, a run can go on only from what is committed, and trees and
 weights are never committed. So a run is cut where the state that crosses is
@@ -23,10 +23,10 @@ A model the restored run still needs and no longer has (weights are not
 banked, the train stage's marker is) is fine-tuned again from the banked
 training file by the next iterate.py; one no stage needs is not.
 
-    python -m bench.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
-    python -m bench.pieces bank --run runs/smollm2 --bank bench/reproduction/smollm2/bank
-    python -m bench.pieces restore --bank bench/reproduction/smollm2/bank --run runs/smollm2
-    python -m bench.pieces merge --iteration 1 --into runs/smollm2 --pieces runs/smollm2-piece-01-of-20,... \\
+    python -m reproduction.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
+    python -m reproduction.pieces bank --run runs/smollm2 --bank reproduction/smollm2/bank
+    python -m reproduction.pieces restore --bank reproduction/smollm2/bank --run runs/smollm2
+    python -m reproduction.pieces merge --iteration 1 --into runs/smollm2 --pieces runs/smollm2-piece-01-of-20,... \\
         [iterate.py's flags: the export's settings]
 """
 from __future__ import annotations
@@ -182,7 +182,7 @@ def _markers(pieces: list[Path], rel: Path, stage: str) -> list[dict]:
         marker = piece / rel / MARKER
         if _stage(marker) != stage:
             raise UsageError(f"{piece}: its {stage} stage of {rel} is not finished ({marker} missing): run that "
-                             "piece to the end first (bench/reproduce_paper.sh with PIECE)")
+                             "piece to the end first (reproduction/reproduce_paper.sh with PIECE)")
         found.append(read_json(marker))
     return found
 
@@ -241,7 +241,7 @@ def loop_exporter(iterate_argv: list[str]) -> Any:
     from agent_r.loop.stages import export_rows
     from agent_r.settings import parse
 
-    s = parse(IterateSettings, iterate_argv, prog="python -m bench.pieces merge")
+    s = parse(IterateSettings, iterate_argv, prog="python -m reproduction.pieces merge")
     s.finish()
     return lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir)
 
@@ -290,7 +290,7 @@ def status(bank_dir: Path, name: str, iteration: int, of: int) -> tuple[list[lis
 # --------------------------------------------------------------------------- cli
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.pieces", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m reproduction.pieces", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     cut = sub.add_parser("slice", help="write part PART of OF of a task list")
