@@ -20,7 +20,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from agent_r.conversation import HEAD_LEN
 from agent_r.io import atomic_write_json

@@ -21,12 +21,21 @@ def atomic_write_text(path: str | os.PathLike, text: str, errors: str = "strict"
     """Write via a temp file in the same folder + rename. The file gets the
     permissions a plain open() would give (mkstemp's 0600 would hide trees from
     the rest of a cluster group). ``errors`` is the UTF-8 encoder's policy."""
+    _atomic_write(path, text, lambda fd: os.fdopen(fd, "w", encoding="utf-8", errors=errors))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """``atomic_write_text`` for bytes (a banked adapter's weights)."""
+    _atomic_write(path, data, lambda fd: os.fdopen(fd, "wb"))
+
+
+def _atomic_write(path: str | os.PathLike, payload: Any, opener: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors=errors) as f:
-            f.write(text)
+        with opener(fd) as f:
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())

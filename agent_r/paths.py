@@ -311,7 +311,7 @@ BASE = "base"   # the label of model_0 and of iteration 1's shared search
 RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "results.png"
 LOSSES_PNG = "losses.png"   # every fine-tune's training loss per step
 EXPORT_FILE = "train.json"
-HF_DIR, XTUNER_DIR = "hf", "xtuner"   # inside a model folder
+HF_DIR, XTUNER_DIR, ADAPTER_DIR = "hf", "xtuner", "adapter"   # inside a model folder
 
 
 class Layout:
@@ -339,6 +339,10 @@ class Layout:
     def hf(self, k: int, variant: str) -> Path:
         """model_k as a Hugging Face directory."""
         return self.model(k, variant) / HF_DIR
+
+    def adapter(self, k: int, variant: str) -> Path:
+        """model_k's LoRA adapter (LORA_RANK): model_{k-1} plus it is model_k."""
+        return self.model(k, variant) / ADAPTER_DIR
 
     def eval(self, k: int, variant: str) -> Path:
         return self.iteration(k) / "eval" / variant

@@ -20,8 +20,13 @@ small:
   choice is seeded per tree, and the export's shuffle is redone on the join.
 
 A model the restored run still needs and no longer has (weights are not
-banked, the train stage's marker is) is fine-tuned again from the banked
-training file by the next iterate.py; one no stage needs is not.
+banked, the train stage's marker is) is rebuilt from its banked LoRA adapter
+in seconds (a run with LORA_RANK), else fine-tuned again from the banked
+training file by the next iterate.py; one no stage needs is not. Adapters
+are banked as loose files beside the archive (about 10 MB each, which do not
+compress, and stay the same bytes from one bank to the next), and a bank
+that would take the run's committed folder past its size limit (100 MB)
+is refused with one line naming the file.
 
     python -m reproduction.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
     python -m reproduction.pieces bank --run runs/smollm2 --bank reproduction/smollm2/bank
@@ -40,8 +45,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from agent_r.io import atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
+from agent_r.paths import ADAPTER_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
 from agent_r.settings import UsageError, run_cli, setup_logging
 
 log = logging.getLogger(__name__)
@@ -49,7 +54,8 @@ log = logging.getLogger(__name__)
 MARKER = ".done.json"   # agent_r/loop/stages.py's done-marker
 BANKED_STAGES = ("search", "data", "train", "eval")
 MARKER_ONLY = ("search", "train")   # their trees and weights stay behind
-ARCHIVE = "state.tar.gz"   # a bank folder's one file
+ARCHIVE = "state.tar.gz"   # a bank folder's archive (adapters lie beside it)
+LIMIT_MB = 100              # the most a run's committed folder may hold
 
 
 def slice_tasks(split: Path, part: int, of: int) -> list[dict]:
@@ -95,16 +101,43 @@ def banked_files(run: Path) -> list[Path]:
     return out
 
 
-def bank(run: Path, dest: Path) -> int:
+def adapter_files(run: Path) -> list[Path]:
+    """Every finished fine-tune's LoRA adapter files, relative to ``run``."""
+    shared = {p.name for p in run.glob("iter_*") if p.is_symlink()}
+    return [p.relative_to(run) for marker in sorted(run.glob(f"iter_*/model/*/{MARKER}"))
+            if _stage(marker) == "train" and marker.relative_to(run).parts[0] not in shared
+            for p in sorted((marker.parent / ADAPTER_DIR).glob("*")) if p.is_file()]
+
+
+def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float = LIMIT_MB) -> int:
     """Writes ``banked_files(run)`` into ``dest/state.tar.gz`` (atomically;
     the same state gives the same bytes, so an unchanged bank is no change to
-    commit); returns how many files. One archive: the training rows repeat
-    their prompts, and compress about 30 times."""
+    commit) and the run's adapters as loose files under ``dest``; returns how
+    many files. One archive: the training rows repeat their prompts, and
+    compress about 30 times. Refuses (UsageError) when the files would take
+    ``limit_root`` (the run's committed folder; default ``dest``) past
+    ``limit_mb``, before writing anything."""
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
-    files = banked_files(run)
+    files, adapters = banked_files(run), adapter_files(run)
+    check_size(dest, limit_root or dest, limit_mb, [(dest / rel, (run / rel).stat().st_size) for rel in adapters])
+    for rel in adapters:
+        if not (dest / rel).exists() or (dest / rel).read_bytes() != (run / rel).read_bytes():
+            atomic_write_bytes(dest / rel, (run / rel).read_bytes())
     pack([(rel.as_posix(), (run / rel).read_bytes()) for rel in files], dest)
-    return len(files)
+    return len(files) + len(adapters)
+
+
+def check_size(dest: Path, root: Path, limit_mb: float, incoming: list[tuple[Path, int]]) -> None:
+    """One line naming the first file that would take ``root`` past the limit."""
+    have = {p.resolve(): p.stat().st_size for p in root.rglob("*") if p.is_file()} if root.exists() else {}
+    total = sum(have.values())
+    for path, size in incoming:
+        total += size - have.get(path.resolve(), 0)
+        if total > limit_mb * (1 << 20):
+            raise UsageError(f"banking {path} ({size / (1 << 20):.1f} MB) would take {root} to "
+                             f"{total / (1 << 20):.0f} MB, past its {limit_mb:g} MB limit: commit the run's models "
+                             "elsewhere, or raise --limit_mb")
 
 
 def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
@@ -122,7 +155,8 @@ def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
 
 
 def restore(src: Path, run: Path) -> int:
-    """Unpacks a bank into a run folder, never over a file the run already has; returns how many."""
+    """Unpacks a bank into a run folder (the archive, then the loose adapter
+    files), never over a file the run already has; returns how many."""
     archive = src / ARCHIVE
     if not archive.exists():   # a run's first session: nothing banked yet
         log.info("no bank at %s yet: nothing to restore", archive)
@@ -143,6 +177,11 @@ def restore(src: Path, run: Path) -> int:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise UsageError(f"bank {archive} is unreadable ({exc}): restore it from git (git checkout -- {archive}) "
                          "or delete it to start that run over") from None
+    for path in sorted(src.glob(f"iter_*/model/*/{ADAPTER_DIR}/*")):
+        target = run / path.relative_to(src)
+        if path.is_file() and not target.exists():
+            atomic_write_bytes(target, path.read_bytes())
+            copied += 1
     return copied
 
 
@@ -301,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("bank", help="copy a run's small finished state into a bank folder")
     b.add_argument("--run", required=True)
     b.add_argument("--bank", required=True)
+    b.add_argument("--limit_root", help="the run's committed folder whose size is limited (default: --bank)")
+    b.add_argument("--limit_mb", type=float, default=LIMIT_MB, help=f"its limit (default {LIMIT_MB})")
     r = sub.add_parser("restore", help="copy a bank folder into a run folder (never over a file)")
     r.add_argument("--bank", required=True)
     r.add_argument("--run", required=True)
@@ -320,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(Path(args.out), tasks)
         print(f"part {args.part} of {args.of}: {len(tasks)} tasks -> {args.out}")
     elif args.command == "bank":
-        print(f"banked {bank(Path(args.run), Path(args.bank))} files of {args.run} in {args.bank}")
+        count = bank(Path(args.run), Path(args.bank), Path(args.limit_root) if args.limit_root else None,
+                     args.limit_mb)
+        print(f"banked {count} files of {args.run} in {args.bank}")
     elif args.command == "status":
         rows, todo = status(Path(args.bank), args.name, args.iteration, args.of)
         head = ["piece", "trees", "with a success", "agent-r revision samples", "train samples (all variants)",

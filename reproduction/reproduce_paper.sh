@@ -174,7 +174,7 @@ copy_results() {
 }
 
 # bank: the run's small state into $BANK (at every exit once the server is up)
-bank_state() { [ -z "$BANK" ] || "$PY" -m reproduction.pieces bank --run "$ROOT" --bank "$BANK" || true; }
+bank_state() { [ -z "$BANK" ] || "$PY" -m reproduction.pieces bank --run "$ROOT" --bank "$BANK" --limit_root "$REPRO_OUT" || true; }
 trap 'kill "$SERVER_PID" 2>/dev/null || true; bank_state' EXIT
 if [ -n "$PIECE" ]; then
   running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$ITERATIONS" ] || printf '%s,' "$v"; done)

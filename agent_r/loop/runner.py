@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import MARKER, StageIncomplete, finished, run_stage, search_settings
 from agent_r.loop.train import check_trainer, train_stage
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
+from agent_r.training.adapter import ADAPTER_RECORD, CHECKSUM, apply_adapter
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +91,39 @@ class Loop:
 
     def train_once(self, k: int, variant: str, model_dir: Path, work: Callable[[], dict]) -> dict:
         """The train stage of model_k. A finished fine-tune whose weights are
-        gone (a run restored from its small state: reproduction/pieces.py) is redone
-        only where a stage still to run reads the model; one process at a
-        time, so runs that share an iteration (pieces) fine-tune it once."""
+        gone (a run restored from its small state: reproduction/pieces.py) is
+        rebuilt from its adapter (LORA_RANK), else redone, only where a stage
+        still to run reads the model; one process at a time, so runs that
+        share an iteration (pieces) make it once."""
         with _locked(model_dir):
-            if self.trained(k, variant) and not self.layout.hf(k, variant).exists() and self.model_needed(k, variant):
+            if self.trained(k, variant) and not self.layout.hf(k, variant).exists() and self.model_needed(k, variant) \
+                    and not self.rebuild(k, variant):
                 log.warning("model_%d of %s is gone (%s): fine-tuning it again", k, variant, model_dir)
                 (model_dir / MARKER).unlink()
             return self.stage(k, variant, "train", model_dir, work)
+
+    def rebuild(self, k: int, variant: str) -> bool:
+        """model_k from its adapter merged into the model it was fine-tuned
+        from (that one rebuilt first where it is gone too): seconds, where a
+        fine-tune takes hours. False where there is no adapter, or the merge
+        does not give the weights the adapter's record names (then the
+        model is fine-tuned again)."""
+        adapter, hf = self.layout.adapter(k, variant), self.layout.hf(k, variant)
+        try:
+            want = read_json(adapter / ADAPTER_RECORD)[CHECKSUM]
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        start, _ = self.training_plan(k, variant, self.model(k - 1, variant))
+        if not Path(start).exists() and not (k > 1 and self.rebuild(k - 1, variant)):
+            return False
+        got = apply_adapter(start, adapter, hf)
+        if got != want:
+            log.warning("model_%d of %s rebuilt from %s has weights %s, not the %s its record names", k, variant,
+                        adapter, got[:12], want[:12])
+            shutil.rmtree(hf, ignore_errors=True)
+            return False
+        log.info("model_%d of %s rebuilt from its adapter (%s): weights sha256 %s", k, variant, adapter, got[:12])
+        return True
 
     def sampled(self, k: int, variant: str, model: Policy) -> dict:
         """EVAL_SAMPLES > 1: the row's ``sampled`` eval (Pass@k), a stage of its own."""

@@ -67,6 +67,11 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
                            "tiny models), trl (agent_r/training/trl_sft.py, in this process), auto = xtuner when "
                            "CUDA is available, else cpu (default auto); the eto variant always trains with TRL's "
                            "DPO")
+    lora_rank: int = setting(0, env="LORA_RANK", minimum=0,
+                             help="LoRA rank of every fine-tune of the run (TRAINER=cpu; alpha 2 x rank, every "
+                             "projection): model_k is model_{k-1} with its adapter merged, and the adapter (a few "
+                             "MB, iter_<k>/model/<variant>/adapter) rebuilds it in seconds where the weights are "
+                             "gone; 0 = full fine-tunes (default, the paper's)")
     train_venv: str = setting(".venv-train", env="TRAIN_VENV", flag=None, help="the XTuner environment "
                               "(default .venv-train)")
     xtuner_config: Optional[str] = setting(None, env="CONFIG", flag=None, help="XTuner config (default "

@@ -18,12 +18,13 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from agent_r.paths import HF_DIR, XTUNER_DIR
+from agent_r.paths import ADAPTER_DIR, HF_DIR, XTUNER_DIR
 from agent_r.loop.models import ModelPool
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.trl_stages import DPO_TRAINER, ETO, train_eto, train_trl
 from agent_r.settings import UsageError
 from agent_r.training import cpu
+from agent_r.training.adapter import Lora
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,13 @@ def check_trainer(s: IterateSettings) -> str:
     """The trainer to use; a missing XTuner environment is a usage error now,
     not after the first search."""
     trainer = resolve_trainer(s)
+    if s.lora_rank and trainer != "cpu":
+        raise UsageError(f"LORA_RANK={s.lora_rank} trains adapters with the CPU trainer (--device cuda on a GPU), "
+                         f"but TRAINER={s.trainer} resolves to {trainer}: set TRAINER=cpu, or LORA_RANK=0 for full "
+                         "fine-tunes")
+    if s.lora_rank and ETO in s.variant_list:
+        raise UsageError(f"LORA_RANK={s.lora_rank}: the eto variant's DPO does not train adapters yet; run eto "
+                         "without LORA_RANK (another --name), or leave it out of VARIANTS")
     if (trainer == "trl" or ETO in s.variant_list) and importlib.util.find_spec("trl") is None:
         raise UsageError(f"TRL is not installed (TRAINER={s.trainer}, VARIANTS={s.variants}): run `pip install -r "
                          "requirements.txt`")
@@ -114,7 +122,9 @@ def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, d
     elif trainer == DPO_TRAINER:
         return train_eto(s, start, data_files, out, knobs)
     else:
-        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed)
+        lora = Lora(rank=s.lora_rank, alpha=2 * s.lora_rank) if s.lora_rank else None
+        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed, lora=lora,
+                              adapter_dir=str(out / ADAPTER_DIR) if lora else None)
     stats.pop("config", None)
     stats.pop("seconds", None)   # the stage's time is recorded with every stage's
     return {**stats, "epochs": knobs.epochs, "lr": knobs.lr}

@@ -26,6 +26,7 @@ from agent_r.training.saving import save_model
 
 LLAMA_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 CHECKSUM = "merged_sha256"   # the adapter's record of the merged weights it made
+ADAPTER_RECORD = "adapter_record.json"   # beside peft's files: what the adapter was trained on, and CHECKSUM
 
 
 @dataclass
@@ -130,7 +131,7 @@ def save_adapter(peft_model: Any, adapter_dir: Path, record: dict) -> None:
     config = json.loads((tmp / "adapter_config.json").read_text(encoding="utf-8"))
     (tmp / "adapter_config.json").write_text(json.dumps(portable_paths(config), indent=2, sort_keys=True) + "\n",
                                              encoding="utf-8")
-    (tmp / "adapter_record.json").write_text(json.dumps(portable_paths(record), indent=2) + "\n", encoding="utf-8")
+    (tmp / ADAPTER_RECORD).write_text(json.dumps(portable_paths(record), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(adapter_dir, ignore_errors=True)
     tmp.rename(adapter_dir)
 
@@ -142,7 +143,7 @@ def _adapter_state(peft_model: Any) -> dict:
 
 
 def record_checksum(adapter_dir: Path, sha256: str) -> None:
-    path = adapter_dir / "adapter_record.json"
+    path = adapter_dir / ADAPTER_RECORD
     record = json.loads(path.read_text(encoding="utf-8"))
     record[CHECKSUM] = sha256
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

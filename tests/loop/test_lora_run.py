@@ -1,0 +1,96 @@
+"""LORA_RANK: every fine-tune of a loop run trains an adapter; model_k is
+model_{k-1} with it merged. The adapters are banked (as loose files) with
+the run's small state, and a run restored on a fresh machine rebuilds each
+model it needs from them, to the same sha256, without fine-tuning; a bank
+that would grow past its size limit is refused with one line naming the file."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent_r.io import file_sha256, read_json
+from agent_r.loop import run
+from agent_r.settings import UsageError
+from agent_r.training.adapter import ADAPTER_RECORD, CHECKSUM
+from reproduction import pieces
+from tests.loop.conftest import FLAGS, ROOT, settings_for
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, base_model, textcraft_server):
+    tmp = tmp_path_factory.mktemp("lora")
+    env = {"ITERA": "3", "N_GEN": "3", "MAX_DEPTH": "4", "TEMP": "1.0", "ITERATIONS": "2", "VARIANTS": "agent-r",
+           "EPOCHS": "1", "LR": "1e-3", "ACCUMULATIVE_COUNTS": "1", "WARMUP_RATIO": "0", "MAX_LENGTH": "1024",
+           "TRAINER": "cpu", "BACKEND": "python:tests.loop.doubles:weights_double", "TASK": "textcraft",
+           "MODEL_DIR": base_model, "LORA_RANK": "4"}
+    flags = FLAGS + ["--env_server_base", textcraft_server, "--name", "lora"]
+    result = run(settings_for(env, flags + ["--runs_dir", str(tmp / "first")]))
+    assert result.exit_code == 0, result.incomplete
+    return tmp, env, flags, result
+
+
+def test_each_model_is_its_predecessor_with_its_adapter_merged(lora_run):
+    tmp, _, _, _ = lora_run
+    root = tmp / "first" / "lora"
+    rows = json.loads((root / "results.json").read_text())["rows"]        # paths as committed files give them
+    for k, row in zip((1, 2), rows[1:]):
+        model = root / f"iter_{k}" / "model" / "agent-r"
+        record = read_json(model / "adapter" / ADAPTER_RECORD)
+        sha = file_sha256(model / "hf" / "model.safetensors")
+        assert record[CHECKSUM] == sha == row["model_sha256"]
+        assert record["lora"]["rank"] == 4 and record["lora"]["alpha"] == 8
+        assert row["train"]["trainable_parameters"] > 0 and row["train"]["adapter"] == f"iter_{k}/model/agent-r/adapter"
+        size = (model / "adapter" / "adapter_model.safetensors").stat().st_size
+        assert size < 0.5 * (model / "hf" / "model.safetensors").stat().st_size
+
+
+def test_a_restored_run_rebuilds_its_models_from_the_banked_adapters(lora_run, monkeypatch):
+    tmp, env, flags, _ = lora_run
+    first = tmp / "first" / "lora"
+    bank = tmp / "bank"
+    pieces.bank(first, bank)
+    assert (bank / "iter_2" / "model" / "agent-r" / "adapter" / "adapter_model.safetensors").is_file()
+    second = tmp / "second" / "lora"
+    pieces.restore(bank, second)
+    assert not list(second.rglob("model.safetensors"))                  # no weights crossed
+    (second / "iter_2" / "eval" / "agent-r" / ".done.json").unlink()     # model_2's eval is still to run
+
+    def no_fine_tune(*args, **kwargs):
+        raise AssertionError("a model with a banked adapter was fine-tuned again")
+
+    monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", no_fine_tune)
+    result = run(settings_for(env, flags + ["--runs_dir", str(tmp / "second")]))
+    assert result.exit_code == 0, result.incomplete
+    for k in (1, 2):   # model_2 needs model_1 to be merged into: both rebuilt, byte for byte
+        rel = Path(f"iter_{k}") / "model" / "agent-r" / "hf" / "model.safetensors"
+        assert file_sha256(second / rel) == file_sha256(first / rel)
+    assert (second / "iter_2" / "eval" / "agent-r" / ".done.json").is_file()
+
+
+def test_the_bank_refuses_to_grow_past_its_limit_naming_the_file(lora_run):
+    tmp, _, _, _ = lora_run
+    first = tmp / "first" / "lora"
+    with pytest.raises(UsageError, match=r"adapter_model\.safetensors .* past its 0\.01 MB limit"):
+        pieces.bank(first, tmp / "small_bank", limit_mb=0.01)
+    assert not (tmp / "small_bank").exists()                            # nothing written
+    done = subprocess.run([sys.executable, "-m", "reproduction.pieces", "bank", "--run", str(first), "--bank",
+                           str(tmp / "small_bank"), "--limit_mb", "0.01"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "adapter_model.safetensors" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_lora_needs_the_cpu_trainer_and_leaves_eto_out(base_model):
+    from agent_r.loop.train import check_trainer
+
+    env = {"TASK": "textcraft", "MODEL_DIR": base_model, "LORA_RANK": "8"}
+    with pytest.raises(UsageError, match="TRAINER=xtuner resolves to xtuner"):
+        check_trainer(settings_for({**env, "TRAINER": "xtuner"}, []))
+    with pytest.raises(UsageError, match="eto variant's DPO does not train adapters yet"):
+        check_trainer(settings_for({**env, "TRAINER": "cpu", "VARIANTS": "agent-r,eto"}, []))
+    assert check_trainer(settings_for({**env, "TRAINER": "cpu"}, [])) == "cpu"
+    assert json.dumps(settings_for(env, []).lora_rank) == "8"
