@@ -65,6 +65,9 @@ MAX_PAIRS_PER_TREE=${MAX_PAIRS_PER_TREE:-4}
 # scratch at a peak of 2e-3, and 1/15 of that is 1.3e-4.
 export TRAINER=${TRAINER:-cpu} EPOCHS=${EPOCHS:-3,1,1} LR=${LR:-1e-4} WARMUP_RATIO=${WARMUP_RATIO:-0.03}
 export BATCH_SIZE=${BATCH_SIZE:-1} ACCUMULATIVE_COUNTS=${ACCUMULATIVE_COUNTS:-16} ETA=${ETA:-0.2}
+# LoRA adapters instead of full fine-tunes (0: full, the paper's): small enough to bank, so a machine
+# that keeps only the repository rebuilds every model of the run in seconds (docs/iterate.md)
+export LORA_RANK=${LORA_RANK:-0}
 # the tiny model's sizes: prompts and training sequences of 2048 tokens, turns of <= 60
 export MAX_LENGTH=${MAX_LENGTH:-2048} MAX_TOKEN_LENGTH=${MAX_TOKEN_LENGTH:-2048}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}

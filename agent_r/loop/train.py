@@ -53,12 +53,9 @@ def check_trainer(s: IterateSettings) -> str:
     not after the first search."""
     trainer = resolve_trainer(s)
     if s.lora_rank and trainer != "cpu":
-        raise UsageError(f"LORA_RANK={s.lora_rank} trains adapters with the CPU trainer (--device cuda on a GPU), "
+        raise UsageError(f"LORA_RANK={s.lora_rank} trains adapters with the CPU trainer (and the eto variant's DPO), "
                          f"but TRAINER={s.trainer} resolves to {trainer}: set TRAINER=cpu, or LORA_RANK=0 for full "
                          "fine-tunes")
-    if s.lora_rank and ETO in s.variant_list:
-        raise UsageError(f"LORA_RANK={s.lora_rank}: the eto variant's DPO does not train adapters yet; run eto "
-                         "without LORA_RANK (another --name), or leave it out of VARIANTS")
     if (trainer == "trl" or ETO in s.variant_list) and importlib.util.find_spec("trl") is None:
         raise UsageError(f"TRL is not installed (TRAINER={s.trainer}, VARIANTS={s.variants}): run `pip install -r "
                          "requirements.txt`")

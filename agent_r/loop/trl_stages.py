@@ -27,6 +27,7 @@ from agent_r.loop.models import Policy
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import search_settings
 from agent_r.training import eto, resume, trl_sft
+from agent_r.training.adapter import Lora
 from agent_r.training.settings import TrainKnobs
 
 log = logging.getLogger(__name__)
@@ -111,5 +112,6 @@ def eto_settings(cfg: eto.EtoConfig) -> dict:
 def train_eto(s: IterateSettings, start: str, pairs_files: list[str], out: Path, knobs: TrainKnobs) -> dict:
     """model_k in ``out/hf``: DPO from ``start`` against ``start`` itself on the pairs."""
     cfg = eto_config(s, knobs)
-    stats = eto.train_dpo(start, pooled_pairs(pairs_files, out), str(out), cfg, ref_model_dir=start)
+    lora = Lora(rank=s.lora_rank, alpha=2 * s.lora_rank) if s.lora_rank else None
+    stats = eto.train_dpo(start, pooled_pairs(pairs_files, out), str(out), cfg, ref_model_dir=start, lora=lora)
     return {**stage_stats(stats, out), **eto_settings(cfg)}

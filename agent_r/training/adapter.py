@@ -39,16 +39,21 @@ class Lora:
     targets: tuple[str, ...] = field(default=LLAMA_PROJECTIONS)
     full_then_svd: bool = False   # train the projections fully, ship their change's rank-``rank`` SVD (below)
 
+    def peft_config(self) -> Any:
+        """These settings as peft's LoraConfig (what TRL's trainers take)."""
+        try:
+            from peft import LoraConfig
+        except ImportError:
+            raise UsageError("LoRA training needs the peft package: pip install -r requirements.txt") from None
+        return LoraConfig(r=self.rank, lora_alpha=self.alpha, target_modules=list(self.targets), lora_dropout=0.0,
+                          bias="none", task_type="CAUSAL_LM")
+
     def wrap(self, model: Any) -> Any:
         """``model`` with trainable adapters on its projections, everything
         else frozen; the returned peft model's inner model is ``model`` itself."""
-        try:
-            from peft import LoraConfig, get_peft_model
-        except ImportError:
-            raise UsageError("LoRA training needs the peft package: pip install -r requirements.txt") from None
-        config = LoraConfig(r=self.rank, lora_alpha=self.alpha, target_modules=list(self.targets), lora_dropout=0.0,
-                            bias="none", task_type="CAUSAL_LM")
-        return get_peft_model(model, config)
+        from peft import get_peft_model
+
+        return get_peft_model(model, self.peft_config())
 
 
     def freeze_all_but_targets(self, model: Any) -> int:
@@ -134,6 +139,17 @@ def save_adapter(peft_model: Any, adapter_dir: Path, record: dict) -> None:
     (tmp / ADAPTER_RECORD).write_text(json.dumps(portable_paths(record), indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(adapter_dir, ignore_errors=True)
     tmp.rename(adapter_dir)
+
+
+def save_merged(peft_model: Any, base_dir: str | Path, adapter_dir: Path, out_dir: Path, record: dict) -> str:
+    """A trained adapter into ``adapter_dir``, and merged into ``base_dir``
+    as ``out_dir``, through the same ``apply_adapter`` a fresh machine's
+    rebuild uses (so the model evaluated is the model rebuilt); the merged
+    weights' sha256 goes into the record and is returned."""
+    save_adapter(peft_model, adapter_dir, record)
+    sha = apply_adapter(base_dir, adapter_dir, out_dir)
+    record_checksum(adapter_dir, sha)
+    return sha
 
 
 def _adapter_state(peft_model: Any) -> dict:

@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable
 from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.llm.model_files import cpu_bf16_native, model_dtype
 from agent_r.settings import UsageError
-from agent_r.training.adapter import apply_adapter, lora_record, record_checksum, save_adapter
+from agent_r.training.adapter import lora_record, save_merged
 from agent_r.training.data import training_records
 from agent_r.training.saving import save_model
 from agent_r.training.settings import TrainKnobs
@@ -274,8 +274,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
             record["svd_energy_kept"] = extra["svd_energy_kept"] = round(kept, 4)
         else:
             trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-        save_adapter(wrapped, Path(adapter_dir), record)
-        record_checksum(Path(adapter_dir), apply_adapter(model_dir, adapter_dir, out_dir))
+        save_merged(wrapped, model_dir, Path(adapter_dir), Path(out_dir), record)
         extra.update({"adapter": str(adapter_dir), "trainable_parameters": trainable})
     else:
         save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir),

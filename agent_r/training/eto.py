@@ -61,6 +61,7 @@ from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_TASK, ModelDir, TaskChoice,
 from agent_r.settings import UsageError, nested, parse, run_cli, setting
 # The SFT encoding (XTuner's), so that DPO scores exactly the tokens SFT trains.
 from agent_r.llm.chat import IGNORE, ChatFormat
+from agent_r.training.adapter import lora_record
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
 from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
 from agent_r.training.trl_shared import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs,
@@ -280,10 +281,13 @@ def load_pairs(path: str) -> list[dict]:
 
 
 def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
-                ref_model_dir: Optional[str] = None) -> Run:
+                ref_model_dir: Optional[str] = None, lora: Any = None) -> Run:
     """The DPO trainer of the run, built but not started: policy from
     ``model_dir``, frozen reference from ``ref_model_dir`` (default: the same
-    weights, ETO's reference)."""
+    weights, ETO's reference). With ``lora`` (``adapter.Lora``) only an
+    adapter on ``model_dir`` trains, and the reference is ``model_dir``
+    itself with the adapter switched off (TRL's way), so no second copy of
+    the model is held."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
@@ -299,26 +303,37 @@ def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
         raise UsageError(f"{pairs_file}: no pair keeps a scored token within MAX_LENGTH={cfg.max_length}")
     dataset = Dataset.from_list(encoded)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    ref = AutoModelForCausalLM.from_pretrained(ref_model_dir or model_dir, dtype=torch.float32)
+    if lora is not None and ref_model_dir not in (None, model_dir):
+        raise UsageError("a LoRA DPO run's reference is its start model with the adapter off: leave out "
+                         "--ref_model_dir, or train without LoRA")
+    ref = None if lora is not None else AutoModelForCausalLM.from_pretrained(ref_model_dir or model_dir,
+                                                                             dtype=torch.float32)
     collator_cls, trainer_cls = turn_masked_classes()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     collator = collator_cls(pad_token_id=pad, max_length=cfg.max_length, truncation_mode="keep_start")
     with tensorboard_dir(out / "trainer" / "runs"):
         trainer = quiet_logs(trainer_cls(model=model, ref_model=ref, args=dpo_args(out, cfg), data_collator=collator,
-                                         train_dataset=dataset, processing_class=tokenizer))
+                                         train_dataset=dataset, processing_class=tokenizer,
+                                         peft_config=lora.peft_config() if lora is not None else None))
     tokens = sum(len(e["prompt_ids"]) * 2 + len(e["chosen_ids"]) + len(e["rejected_ids"]) for e in encoded)
-    return Run(trainer, len(encoded), tokens, out, model_dir)
+    return Run(trainer, len(encoded), tokens, out, model_dir, lora)
 
 
 def train_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
-              ref_model_dir: Optional[str] = None) -> dict:
+              ref_model_dir: Optional[str] = None, lora: Any = None) -> dict:
     """DPO from ``model_dir`` on the pairs into ``out_dir/hf`` (resumable like
-    the SFT run); returns the stats, ``trainer: trl-dpo``."""
+    the SFT run; with ``lora``, also ``out_dir/adapter``); returns the stats,
+    ``trainer: trl-dpo``."""
     cfg.check()
     key = run_key(model_dir, [pairs_file], cfg)
     key["ref_model_dir"] = str(Path(ref_model_dir or model_dir).resolve())
-    return train_once(Path(out_dir), key, lambda: prepare_dpo(model_dir, pairs_file, out_dir, cfg, ref_model_dir),
-                      cfg, {"trainer": "trl-dpo"}, DPO_LOGGED)
+    stats: dict[str, Any] = {"trainer": "trl-dpo"}
+    if lora is not None:
+        key.update(lora_record(lora))
+        stats["adapter"] = str(Path(out_dir) / "adapter")
+    return train_once(Path(out_dir), key,
+                      lambda: prepare_dpo(model_dir, pairs_file, out_dir, cfg, ref_model_dir, lora),
+                      cfg, stats, DPO_LOGGED)
 
 
 # --------------------------------------------------------------------------- commands

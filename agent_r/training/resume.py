@@ -29,6 +29,7 @@ from typing import Any, Callable, Optional
 
 from agent_r.io import atomic_write_json, file_sha256
 from agent_r.settings import UsageError
+from agent_r.training.adapter import lora_record, save_merged
 from agent_r.training.saving import save_model
 from agent_r.training.settings import TrlKnobs
 
@@ -53,6 +54,7 @@ class Run:
     tokens: int
     out: Path
     model_dir: str
+    lora: Any = None      # agent_r.training.adapter.Lora: the trainer's model is a peft model training it
 
 
 def cuda() -> bool:
@@ -88,6 +90,18 @@ def save_hf(run: Run, cfg: TrlKnobs) -> Path:
         save_model(trainer.accelerator.unwrap_model(trainer.model), Path(run.model_dir), hf, state, dtype_name)
     trainer.accelerator.wait_for_everyone()
     return hf
+
+
+def save_lora(run: Run) -> Path:
+    """``out/adapter`` (the trained adapter, its record naming the merged
+    weights' sha256) and ``out/hf``, the start model with it merged."""
+    trainer, out = run.trainer, run.out
+    if trainer.is_world_process_zero():
+        peft_model = trainer.accelerator.unwrap_model(trainer.model)
+        save_merged(peft_model, run.model_dir, out / "adapter", out / "hf",
+                    {**lora_record(run.lora), "base": run.model_dir})
+    trainer.accelerator.wait_for_everyone()
+    return out / "hf"
 
 
 SFT_LOGGED = ("step", "epoch", "loss", "learning_rate", "grad_norm")
@@ -171,7 +185,7 @@ def train_once(out: Path, key: dict, build: Callable[[], Run], cfg: Any, stats: 
     if resume and main:
         log.info("resuming from %s", resume)
     result = run.trainer.train(resume_from_checkpoint=resume)
-    hf = save_hf(run, cfg)
+    hf = save_lora(run) if run.lora is not None else save_hf(run, cfg)
     history = loss_history(run.trainer.state.log_history, logged)
     losses = [row["loss"] for row in history]
     tenth = max(1, len(losses) // 10)

@@ -1,5 +1,5 @@
-"""LORA_RANK: every fine-tune of a loop run trains an adapter; model_k is
-model_{k-1} with it merged. The adapters are banked (as loose files) with
+"""LORA_RANK: every fine-tune of a loop run trains an adapter (eto's DPO
+too); model_k is model_{k-1} with it merged. The adapters are banked (as loose files) with
 the run's small state, and a run restored on a fresh machine rebuilds each
 model it needs from them, to the same sha256, without fine-tuning; a bank
 that would grow past its size limit is refused with one line naming the file."""
@@ -23,7 +23,8 @@ from tests.loop.conftest import FLAGS, ROOT, settings_for
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, base_model, textcraft_server):
     tmp = tmp_path_factory.mktemp("lora")
-    env = {"ITERA": "3", "N_GEN": "3", "MAX_DEPTH": "4", "TEMP": "1.0", "ITERATIONS": "2", "VARIANTS": "agent-r",
+    env = {"ITERA": "3", "N_GEN": "3", "MAX_DEPTH": "4", "TEMP": "1.0", "ITERATIONS": "2", "VARIANTS": "agent-r,eto",
+           "VARIANT_ITERATIONS": "eto=1", "ETO_LR": "1e-3",
            "EPOCHS": "1", "LR": "1e-3", "ACCUMULATIVE_COUNTS": "1", "WARMUP_RATIO": "0", "MAX_LENGTH": "1024",
            "TRAINER": "cpu", "BACKEND": "python:tests.loop.doubles:weights_double", "TASK": "textcraft",
            "MODEL_DIR": base_model, "LORA_RANK": "4"}
@@ -37,13 +38,15 @@ def test_each_model_is_its_predecessor_with_its_adapter_merged(lora_run):
     tmp, _, _, _ = lora_run
     root = tmp / "first" / "lora"
     rows = json.loads((root / "results.json").read_text())["rows"]        # paths as committed files give them
-    for k, row in zip((1, 2), rows[1:]):
-        model = root / f"iter_{k}" / "model" / "agent-r"
+    trained = [(r["iteration"], r["variant"], r) for r in rows if r["iteration"]]
+    assert [(k, v) for k, v, _ in trained] == [(1, "agent-r"), (1, "eto"), (2, "agent-r")]
+    for k, variant, row in trained:
+        model = root / f"iter_{k}" / "model" / variant
         record = read_json(model / "adapter" / ADAPTER_RECORD)
         sha = file_sha256(model / "hf" / "model.safetensors")
         assert record[CHECKSUM] == sha == row["model_sha256"]
         assert record["lora"]["rank"] == 4 and record["lora"]["alpha"] == 8
-        assert row["train"]["trainable_parameters"] > 0 and row["train"]["adapter"] == f"iter_{k}/model/agent-r/adapter"
+        assert row["train"]["adapter"] == f"iter_{k}/model/{variant}/adapter"
         size = (model / "adapter" / "adapter_model.safetensors").stat().st_size
         assert size < 0.5 * (model / "hf" / "model.safetensors").stat().st_size
 
@@ -84,13 +87,12 @@ def test_the_bank_refuses_to_grow_past_its_limit_naming_the_file(lora_run):
     assert len(lines) == 1 and "adapter_model.safetensors" in lines[0] and "Traceback" not in done.stderr
 
 
-def test_lora_needs_the_cpu_trainer_and_leaves_eto_out(base_model):
+def test_lora_needs_the_cpu_trainer(base_model):
     from agent_r.loop.train import check_trainer
 
     env = {"TASK": "textcraft", "MODEL_DIR": base_model, "LORA_RANK": "8"}
     with pytest.raises(UsageError, match="TRAINER=xtuner resolves to xtuner"):
         check_trainer(settings_for({**env, "TRAINER": "xtuner"}, []))
-    with pytest.raises(UsageError, match="eto variant's DPO does not train adapters yet"):
-        check_trainer(settings_for({**env, "TRAINER": "cpu", "VARIANTS": "agent-r,eto"}, []))
+    assert check_trainer(settings_for({**env, "TRAINER": "cpu", "VARIANTS": "agent-r,eto"}, [])) == "cpu"
     assert check_trainer(settings_for({**env, "TRAINER": "cpu"}, [])) == "cpu"
     assert json.dumps(settings_for(env, []).lora_rank) == "8"

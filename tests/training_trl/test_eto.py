@@ -151,3 +151,29 @@ def test_tiny_dpo_runs_end_to_end_and_prefers_the_successes(trees, tiny_model_di
     policy = AutoModelForCausalLM.from_pretrained(out / "hf")
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     assert any(not torch.equal(v, base.state_dict()[k]) for k, v in policy.state_dict().items())
+
+
+def test_a_lora_dpo_trains_an_adapter_against_its_start_model(trees, tiny_model_dir, tmp_path):
+    """With a LoRA the policy is the start model plus a trained adapter and
+    the reference is the start model itself (the adapter off): the first
+    loss is log 2, the policy then prefers the successes, and the adapter
+    merged into the untouched start model is the saved model."""
+    from agent_r.io import file_sha256
+    from agent_r.training.adapter import ADAPTER_RECORD, CHECKSUM, Lora, apply_adapter
+
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps(eto.eto_pairs([str(trees)], 1.0, max_pairs_per_tree=0)))
+    before = file_sha256(Path(tiny_model_dir) / "model.safetensors")
+    out = tmp_path / "dpo"
+    stats = eto.train_dpo(tiny_model_dir, str(pairs), str(out), quick_dpo(lr=1e-2, epochs=3),
+                          lora=Lora(rank=4, alpha=8))
+    assert file_sha256(Path(tiny_model_dir) / "model.safetensors") == before       # the reference is untouched
+    history = json.loads((out / "loss_history.json").read_text())
+    assert history[0]["loss"] == pytest.approx(0.6931, abs=1e-3)
+    assert sum(r["loss"] for r in history[-3:]) / 3 < history[0]["loss"] - 0.05
+    record = json.loads((out / "adapter" / ADAPTER_RECORD).read_text())
+    assert record["lora"]["rank"] == 4 and stats["adapter"] == str(out / "adapter")
+    sha = file_sha256(out / "hf" / "model.safetensors")
+    assert record[CHECKSUM] == sha != before
+    assert apply_adapter(tiny_model_dir, out / "adapter", tmp_path / "rebuilt") == sha
+    assert (out / "adapter" / "adapter_model.safetensors").stat().st_size < (out / "hf" / "model.safetensors").stat().st_size
