@@ -35,7 +35,7 @@ from agent_r.envs import EnvSpec, get_env
 from agent_r.episode import Episode, EpisodeSetup, Task
 from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, ShardSettings, TaskChoice, Temperature,
-                           WaitReply, concurrency_setting, env_server_setting, max_new_tokens_setting,
+                           WaitReply, EvalSamples, concurrency_setting, env_server_setting, max_new_tokens_setting,
                            resolved_model_name, seed_setting)
 from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend,
                          weights_sha256)
@@ -50,7 +50,7 @@ TASK_HELP = "the environment to evaluate: textcraft, sciworld or webshop"
 
 
 @dataclass
-class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
+class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply, EvalSamples):
     """Every setting of eval.py (flag > env var > default; see --help). TASK
     (required, except with --compare), TEMP, MAX_TOKEN_LENGTH and WAIT_REPLY
     are declared in agent_r/knobs.py."""
@@ -76,10 +76,6 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
                                "statistics to this file")
     revise_from: str | None = setting(None, help="a JSONL file of failed trajectories to continue (the revision "
                                       "task)")
-    samples: int = setting(1, env="EVAL_SAMPLES", minimum=1,
-                           help="episodes per task (K, env EVAL_SAMPLES; default 1, the paper's): K > 1 samples K "
-                           "episodes of each task at TEMP > 0, each with its own seed, into a folder ending "
-                           "_samples<K>, and adds Pass@k for k = 1, 2, 4, ... K to the summary")
     env_retries: int = setting(2, minimum=0, help="the fresh-env restarts of an episode after env errors "
                                "before it is recorded as failed (default 2)")
     env_retry_delay: float = setting(1.0, minimum=0.0, help="the seconds before the first restart, doubled for each "
@@ -96,8 +92,8 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
             raise UsageError("--plot draws the runs of --compare: pass --compare RUN_DIR... with it")
         if self.compare:
             return
-        if self.samples > 1 and self.temperature == 0:
-            raise UsageError(f"--samples {self.samples} asks for {self.samples} episodes of each task, but TEMP=0 "
+        if self.eval_samples > 1 and self.temperature == 0:
+            raise UsageError(f"--samples {self.eval_samples} asks for {self.eval_samples} episodes of each task, but TEMP=0 "
                              "is greedy and would play the same episode each time: set TEMP > 0 (e.g. TEMP=1.0) "
                              "or drop --samples")
         if not (self.task and self.task.strip()):
@@ -116,11 +112,11 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply):
     def run_config(self) -> dict[str, Any]:
         """The manifest's and summary's "config": every setting, secrets
         masked, plus the resolved model name the output folder uses. A
-        one-episode run leaves ``samples`` out, so its files are the ones
+        one-episode run leaves ``eval_samples`` out, so its files are the ones
         eval.py wrote before sampling existed."""
         config = {**manifest_config(self), "model_name": self.model_name}
-        if self.samples == 1:
-            del config["samples"]
+        if self.eval_samples == 1:
+            del config["eval_samples"]
         return config
 
 
@@ -203,8 +199,8 @@ def plan(settings: EvalSettings) -> Plan:
     line = describe_shard(settings.shard, len(tasks), everything)
     if line:
         log.info(line)
-    if settings.samples > 1:   # a task's episodes side by side: one batch shares their prompt (prefix cache)
-        tasks = [t.sampled(j) for t in tasks for j in range(settings.samples)]
+    if settings.eval_samples > 1:   # a task's episodes side by side: one batch shares their prompt (prefix cache)
+        tasks = [t.sampled(j) for t in tasks for j in range(settings.eval_samples)]
     run_dir = paths.eval_dir(settings)
     return Plan(spec, tasks, [t for t in tasks if not is_complete(paths.result_file(run_dir, t.key))])
 

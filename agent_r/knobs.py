@@ -225,6 +225,19 @@ class PromptBudget:
 
 
 @dataclass
+class EvalSamples:
+    """Episodes per test task (eval.py, iterate.py's sampled eval). One
+    greedy episode a task is the paper's measure; K sampled episodes give
+    Pass@k (agent_r/passk.py), which tells widening from sharpening."""
+
+    eval_samples: int = setting(1, env="EVAL_SAMPLES", flag="--samples", minimum=1,
+                                help="episodes per test task, K (default 1, the paper's): K > 1 samples K episodes "
+                                "of each task at a temperature > 0, each with its own seeds, and reports Pass@k for "
+                                "k = 1, 2, 4, ... K (eval.py: into a folder ending _samples<K>, at TEMP; iterate.py: "
+                                "a sampled eval of every model beside the greedy one, at EVAL_SAMPLE_TEMP)")
+
+
+@dataclass
 class WaitReply:
     """Who answers the revision turn's ``wait`` in an evaluated episode
     (eval.py, iterate.py's evals). Training samples follow it with the reply

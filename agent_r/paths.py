@@ -189,7 +189,7 @@ def eval_dir(settings: EvalSettings) -> Path:
     ``_samples<K>`` with ``--samples K`` > 1, plus ``_wait_ok`` with
     WAIT_REPLY=ok (the defaults add nothing, so those folders keep their
     names and the settings never share one)."""
-    sampled = f"_samples{settings.samples}" if settings.samples > 1 else ""
+    sampled = f"_samples{settings.eval_samples}" if settings.eval_samples > 1 else ""
     suffix = ("_revise" if settings.revise_from else "") + sampled + wait_reply_suffix(settings.wait_reply)
     name = f"{model_folder(settings.backend)}_{folder_name(settings.model_type)}{suffix}"
     return Path(settings.output_dir) / get_env(settings.task or "").name / name

@@ -63,7 +63,7 @@ def run_both(args: argparse.Namespace, indices: list[int], url: str, backend, se
                                  env_server_base=url, split_file=str(split), concurrency=args.concurrency,
                                  max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, seed=seed,
                                  temperature=args.temperature, max_token_length=args.max_token_length,
-                                 samples=samples)
+                                 eval_samples=samples)
             return ev.evaluate(es, backend).summary
 
         for mode in ("one run, --samples K", "K runs of one episode"):

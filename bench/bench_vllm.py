@@ -67,7 +67,7 @@ def main() -> None:
     same = sum(a == b for a, b in zip(replies["vllm"], replies["hf"]))
     print(f"bundled textcraft-tiny, float32, {args.conversations} conversations x {args.n} samples in one "
           f"generate call, temperature 1.0, max_new_tokens {args.max_new_tokens}, CPU")
-    print(f"| backend | threads | load s | seconds | tokens | tokens/s |\n|---|---|---:|---:|---:|---:|")
+    print("| backend | threads | load s | seconds | tokens | tokens/s |\n|---|---|---:|---:|---:|---:|")
     for name, threads, seconds, tokens, load_s in rows:
         print(f"| {name} | {threads} | {load_s:.1f} | {seconds:.2f} | {tokens} | {tokens / seconds:.0f} |")
     print(f"greedy replies identical (vllm vs hf): {same} of {len(convs)}")

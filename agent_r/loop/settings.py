@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from agent_r.envs import get_env
-from agent_r.knobs import (DEFAULT_TASK, BackendSettings, PairKnobs, PromptBudget, SearchKnobs, TaskChoice, WaitReply,
-                           max_new_tokens_setting)
+from agent_r.knobs import (DEFAULT_TASK, BackendSettings, EvalSamples, PairKnobs, PromptBudget, SearchKnobs,
+                           TaskChoice, WaitReply, max_new_tokens_setting)
 from agent_r.settings import UsageError, at_iteration, nested, setting
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
 
@@ -27,7 +27,7 @@ OPTIMAL_ONLY = 1 - 1e-9
 
 
 @dataclass
-class IterateSettings(TaskChoice, PromptBudget, WaitReply):
+class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
     """Flag > env var > default. TASK takes several environments,
     comma-separated; MAX_TOKEN_LENGTH unset leaves each stage its own budget
     (search and verifier 4096, eval 7000); WAIT_REPLY reaches every eval (the
@@ -81,9 +81,6 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply):
     # evaluation (eval.py's names where it has them)
     eval_temperature: float = setting(0.0, env="EVAL_TEMP", minimum=0.0, help="evaluation temperature "
                                       "(default 0, greedy)")
-    eval_samples: int = setting(1, env="EVAL_SAMPLES", minimum=1, help="K > 1 adds a sampled eval of every model "
-                                "beside the greedy one: K episodes per test task at EVAL_SAMPLE_TEMP, Pass@1 and "
-                                "Pass@K in the results (default 1: none, the paper's)")
     eval_sample_temperature: float = setting(1.0, env="EVAL_SAMPLE_TEMP", minimum=0.0, help="the sampled eval's "
                                              "temperature (default 1.0)")
     eval_limit: Optional[int] = setting(None, minimum=1, help="the first N test tasks per task (default all)")

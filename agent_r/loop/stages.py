@@ -95,7 +95,7 @@ def eval_settings(s: IterateSettings, task: str, out: Path, p: Policy, revise_fr
     """eval.py's settings of one eval: greedy (EVAL_TEMP) with one episode a
     task, or ``samples`` episodes a task at EVAL_SAMPLE_TEMP."""
     es = evaluation.EvalSettings(
-        task=task, model_type="test", samples=samples, max_token_length=s.max_token_length,
+        task=task, model_type="test", eval_samples=samples, max_token_length=s.max_token_length,
         temperature=s.eval_sample_temperature if samples > 1 else s.eval_temperature,
         env_server_base=s.servers[task], max_steps=s.revise_max_steps if revise_from else s.eval_max_steps,
         output_dir=str(out),

@@ -119,9 +119,9 @@ def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, d
     elif trainer == DPO_TRAINER:
         return train_eto(s, start, data_files, out, knobs)
     else:
-        lora = Lora(rank=s.lora_rank, alpha=2 * s.lora_rank) if s.lora_rank else None
-        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed, lora=lora,
-                              adapter_dir=str(out / ADAPTER_DIR) if lora else None)
+        lora = {"lora": Lora(rank=s.lora_rank, alpha=2 * s.lora_rank), "adapter_dir": str(out / ADAPTER_DIR)} \
+            if s.lora_rank else {}
+        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed, **lora)
     stats.pop("config", None)
     stats.pop("seconds", None)   # the stage's time is recorded with every stage's
     return {**stats, "epochs": knobs.epochs, "lr": knobs.lr}

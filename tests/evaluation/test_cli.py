@@ -103,8 +103,8 @@ def test_settings_resolve_flag_over_env_over_default(tmp_path):
     assert paths.eval_dir(s) == tmp_path / "textcraft" / "from-flag_iter1"
     config = s.run_config()
     assert config["backend"]["openai_api_key"] == "***" and config["model_name"] == "from-flag"
-    assert set(manifest_config(s)) - {"samples"} <= set(config)   # one episode a task: the files of old
-    assert "samples" not in config
+    assert set(manifest_config(s)) - {"eval_samples"} <= set(config)   # one episode a task: the files of old
+    assert "eval_samples" not in config
 
     s = parse(ev.EvalSettings, ["--revise_from", "x.jsonl"], {"TASK": "textcraft", "MODEL_DIR": "/m/iter2/"})
     assert paths.eval_dir(s).name == "iter2_eval_revise"

@@ -55,13 +55,13 @@ def odds_by_goal(p_by_task: dict[int, float]) -> dict[str, float]:
 
 def sampled(tmp_path, url, k, **kw):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return config(tmp_path, url, split_file(tmp_path, TASKS), samples=k, temperature=1.0, concurrency=8, **kw)
+    return config(tmp_path, url, split_file(tmp_path, TASKS), eval_samples=k, temperature=1.0, concurrency=8, **kw)
 
 
 def expected_counts(cfg, p_by_task):
-    return {str(i): {"episodes": cfg.samples,
+    return {str(i): {"episodes": cfg.eval_samples,
                      "successes": sum(draw(derive_seed(cfg.seed, f"{i}_s{j}", 0)) < p_by_task[i]
-                                      for j in range(cfg.samples))}
+                                      for j in range(cfg.eval_samples))}
             for i in TASKS}
 
 
@@ -194,7 +194,7 @@ def test_an_interrupted_eval_redoes_only_the_missing_episodes(tmp_path, textcraf
 def test_one_sample_writes_the_files_eval_wrote_before_sampling(tmp_path, textcraft_server):
     expert = expert_or_loop({goal_of(1)[0]})
     policy = lambda m, i, s: f"Thought: seed {s}.\n" + expert(m, i, s).split("\n")[-1]  # noqa: E731
-    cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 1, 2]), max_steps=4, samples=1)
+    cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [0, 1, 2]), max_steps=4, eval_samples=1)
     run_dir = ev.evaluate(cfg, ScriptedBackend(policy)).run_dir
     written = sorted(p.name for p in run_dir.glob("*.json") if not p.name.startswith("manifest"))
     assert written == sorted(p.name for p in GOLDEN.iterdir())
@@ -206,7 +206,7 @@ def test_one_sample_writes_the_files_eval_wrote_before_sampling(tmp_path, textcr
 # --------------------------------------------------------------------------- usage and --compare
 
 def test_samples_with_greedy_decoding_is_a_usage_error(tmp_path):
-    cfg = config(tmp_path, "http://127.0.0.1:9", split_file(tmp_path, [0]), samples=4, temperature=0.0)
+    cfg = config(tmp_path, "http://127.0.0.1:9", split_file(tmp_path, [0]), eval_samples=4, temperature=0.0)
     with pytest.raises(UsageError, match="TEMP=0 is greedy"):
         cfg.finish()
     done = run_eval(["--samples", "4", "--split_file", split_file(tmp_path, [0])], env={"TASK": "textcraft",

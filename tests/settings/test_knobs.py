@@ -54,7 +54,7 @@ def test_every_environment_variable_is_declared_once():
               "MAX_DEPTH": (SearchSettings, IterateSettings), "ITERA": (SearchSettings, IterateSettings),
               "N_GEN": (SearchSettings, IterateSettings), "ALPHA": (PathSettings, IterateSettings),
               "BETA": (PathSettings, IterateSettings),
-              "WAIT_REPLY": (EvalSettings, IterateSettings),
+              "WAIT_REPLY": (EvalSettings, IterateSettings), "EVAL_SAMPLES": (EvalSettings, IterateSettings),
               "MAX_LENGTH": (ExportSettings, TrainSettings, IterateSettings, TrlConfig, EtoConfig),
               "MODEL_DIR": (SearchSettings, PathSettings, EvalSettings, IterateSettings, TrainSettings, TrlCommand,
                             TrainCommand),
