@@ -93,7 +93,8 @@ class EvalSettings(TaskChoice, PromptBudget, Temperature, WaitReply, EvalSamples
         if self.compare:
             return
         if self.eval_samples > 1 and self.temperature == 0:
-            raise UsageError(f"--samples {self.eval_samples} asks for {self.eval_samples} episodes of each task, but TEMP=0 "
+            k = self.eval_samples
+            raise UsageError(f"--samples {k} asks for {k} episodes of each task, but TEMP=0 "
                              "is greedy and would play the same episode each time: set TEMP > 0 (e.g. TEMP=1.0) "
                              "or drop --samples")
         if not (self.task and self.task.strip()):

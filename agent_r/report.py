@@ -171,7 +171,8 @@ def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     ks = sorted({int(k) for s in summaries for k in s.get("pass_at_k", {})})
     rows: list[tuple[str, list[str]]] = []
     for k in ks:
-        rows.append((f"pass@{k} % [95% CI]", [passk.percent_cell(s.get("pass_at_k", {}).get(str(k))) for s in summaries]))
+        cells = [passk.percent_cell(s.get("pass_at_k", {}).get(str(k))) for s in summaries]
+        rows.append((f"pass@{k} % [95% CI]", cells))
     first = summaries[0].get("per_task")
     for k in ks if first and len(summaries) > 1 else []:
         cells = ["-"] + [passk.percent_cell(passk.paired_difference(first, s["per_task"], k), signed=True)

@@ -100,7 +100,8 @@ def _sampled_table(s: IterateSettings, rows: list[dict]) -> list[str]:
             at = got.get("pass_at_k", {})
             diff = (passk.paired_difference(base[t]["per_task"], got["per_task"], k)
                     if r["iteration"] and t in base and got else None)
-            cells += [passk.percent_cell(at.get("1")), passk.percent_cell(at.get(str(k))), passk.percent_cell(diff, signed=True)]
+            cells += [passk.percent_cell(at.get("1")), passk.percent_cell(at.get(str(k))),
+                      passk.percent_cell(diff, signed=True)]
         lines.append(_md_row(cells))
     return lines
 
