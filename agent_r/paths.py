@@ -312,6 +312,7 @@ RESULTS_JSON, RESULTS_MD, RESULTS_PNG = "results.json", "results.md", "results.p
 LOSSES_PNG = "losses.png"   # every fine-tune's training loss per step
 EXPORT_FILE = "train.json"
 HF_DIR, XTUNER_DIR, ADAPTER_DIR = "hf", "xtuner", "adapter"   # inside a model folder
+CHECKPOINT_DIR = "checkpoint"   # inside a model folder: the CPU trainer's step checkpoint while it trains
 
 
 class Layout:

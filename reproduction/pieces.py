@@ -26,7 +26,10 @@ training file by the next iterate.py; one no stage needs is not. Adapters
 are banked as loose files beside the archive (about 10 MB each, which do not
 compress, and stay the same bytes from one bank to the next), and a bank
 that would take the run's committed folder past its size limit (100 MB)
-is refused with one line naming the file.
+is refused with one line naming the file. A LoRA fine-tune still training
+banks its latest step checkpoint the same way (~60 MB: the adapter in fp32
+and AdamW's moments), so the next machine goes on from that step; it leaves
+the bank once the adapter is banked.
 
     python -m reproduction.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
     python -m reproduction.pieces bank --run runs/smollm2 --bank reproduction/smollm2/bank
@@ -46,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import ADAPTER_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.paths import ADAPTER_DIR, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
 log = logging.getLogger(__name__)
@@ -84,8 +88,7 @@ def banked_files(run: Path) -> list[Path]:
     under every finished search, data or eval stage its marker and small
     files; never a tree or episode file, a per-tree cache, or a model."""
     out = [p.relative_to(run) for p in run.glob("*.json") if p.is_file()]
-    # a piece of a later iteration links the whole run's earlier iterations: they are the run's to bank
-    shared = {p.name for p in run.glob("iter_*") if p.is_symlink()}
+    shared = _shared(run)
     for marker in sorted(run.glob(f"iter_*/*/*/{MARKER}")):
         stage, folder = _stage(marker), marker.parent
         if stage not in BANKED_STAGES or marker.relative_to(run).parts[0] in shared:
@@ -103,10 +106,33 @@ def banked_files(run: Path) -> list[Path]:
 
 def adapter_files(run: Path) -> list[Path]:
     """Every finished fine-tune's LoRA adapter files, relative to ``run``."""
-    shared = {p.name for p in run.glob("iter_*") if p.is_symlink()}
+    shared = _shared(run)
     return [p.relative_to(run) for marker in sorted(run.glob(f"iter_*/model/*/{MARKER}"))
             if _stage(marker) == "train" and marker.relative_to(run).parts[0] not in shared
             for p in sorted((marker.parent / ADAPTER_DIR).glob("*")) if p.is_file()]
+
+
+def checkpoint_files(run: Path) -> list[Path]:
+    """The step checkpoints of adapters still training (no train marker yet),
+    relative to ``run``: a fine-tune longer than its machine goes on from
+    them (agent_r/training/checkpoint.py). A full fine-tune's is never banked."""
+    out = []
+    for progress in sorted(run.glob(f"iter_*/model/*/{CHECKPOINT_DIR}/{PROGRESS}")):
+        folder = progress.parent
+        if (folder.parent / MARKER).exists() or folder.relative_to(run).parts[0] in _shared(run):
+            continue
+        try:
+            if read_json(progress).get("adapter") is not True:
+                continue
+        except (OSError, ValueError):
+            continue
+        out += [p.relative_to(run) for p in sorted(folder.iterdir()) if p.is_file()]
+    return out
+
+
+def _shared(run: Path) -> set[str]:
+    """A piece of a later iteration links the whole run's earlier iterations: they are the run's to bank."""
+    return {p.name for p in run.glob("iter_*") if p.is_symlink()}
 
 
 def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float = LIMIT_MB) -> int:
@@ -119,13 +145,19 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
     ``limit_mb``, before writing anything."""
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
-    files, adapters = banked_files(run), adapter_files(run)
-    check_size(dest, limit_root or dest, limit_mb, [(dest / rel, (run / rel).stat().st_size) for rel in adapters])
-    for rel in adapters:
+    files, loose = banked_files(run), adapter_files(run) + checkpoint_files(run)
+    stale = [p for p in dest.glob(f"iter_*/model/*/{CHECKPOINT_DIR}/*") if p.relative_to(dest) not in loose]
+    check_size(dest, limit_root or dest, limit_mb, [(p, 0) for p in stale] +
+               [(dest / rel, (run / rel).stat().st_size) for rel in loose])
+    for rel in loose:
         if not (dest / rel).exists() or (dest / rel).read_bytes() != (run / rel).read_bytes():
             atomic_write_bytes(dest / rel, (run / rel).read_bytes())
+    for path in stale:   # its fine-tune finished (its adapter is banked) or started over
+        path.unlink()
+        if not any(path.parent.iterdir()):
+            path.parent.rmdir()
     pack([(rel.as_posix(), (run / rel).read_bytes()) for rel in files], dest)
-    return len(files) + len(adapters)
+    return len(files) + len(loose)
 
 
 def check_size(dest: Path, root: Path, limit_mb: float, incoming: list[tuple[Path, int]]) -> None:
@@ -156,7 +188,8 @@ def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
 
 def restore(src: Path, run: Path) -> int:
     """Unpacks a bank into a run folder (the archive, then the loose adapter
-    files), never over a file the run already has; returns how many."""
+    and step checkpoint files), never over a file the run already has;
+    returns how many."""
     archive = src / ARCHIVE
     if not archive.exists():   # a run's first session: nothing banked yet
         log.info("no bank at %s yet: nothing to restore", archive)
@@ -181,6 +214,13 @@ def restore(src: Path, run: Path) -> int:
         target = run / path.relative_to(src)
         if path.is_file() and not target.exists():
             atomic_write_bytes(target, path.read_bytes())
+            copied += 1
+    for folder in sorted(src.glob(f"iter_*/model/*/{CHECKPOINT_DIR}")):
+        target = run / folder.relative_to(src)
+        if target.exists() or (target.parent / MARKER).exists():   # the run's own is newer, or done
+            continue
+        for path in sorted(folder.iterdir()):
+            atomic_write_bytes(target / path.name, path.read_bytes())
             copied += 1
     return copied
 

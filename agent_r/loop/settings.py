@@ -72,6 +72,10 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
                              "projection): model_k is model_{k-1} with its adapter merged, and the adapter (a few "
                              "MB, iter_<k>/model/<variant>/adapter) rebuilds it in seconds where the weights are "
                              "gone; 0 = full fine-tunes (default, the paper's)")
+    checkpoint_minutes: float = setting(10.0, env="CHECKPOINT_MINUTES", minimum=0.0,
+                                        help="TRAINER=cpu: minutes between step checkpoints of a fine-tune "
+                                        "(iter_<k>/model/<variant>/checkpoint; a rerun goes on from it, and a "
+                                        "LoRA run's is banked with the run), 0 = after every step (default 10)")
     train_venv: str = setting(".venv-train", env="TRAIN_VENV", flag=None, help="the XTuner environment "
                               "(default .venv-train)")
     xtuner_config: Optional[str] = setting(None, env="CONFIG", flag=None, help="XTuner config (default "

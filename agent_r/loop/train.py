@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Optional
 
-from agent_r.paths import ADAPTER_DIR, HF_DIR, XTUNER_DIR
+from agent_r.paths import ADAPTER_DIR, CHECKPOINT_DIR, HF_DIR, XTUNER_DIR
 from agent_r.loop.models import ModelPool
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.trl_stages import DPO_TRAINER, ETO, train_eto, train_trl
@@ -121,7 +121,8 @@ def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, d
     else:
         lora = {"lora": Lora(rank=s.lora_rank, alpha=2 * s.lora_rank), "adapter_dir": str(out / ADAPTER_DIR)} \
             if s.lora_rank else {}
-        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed, **lora)
+        stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed,
+                              checkpoint_dir=str(out / CHECKPOINT_DIR), checkpoint_s=60 * s.checkpoint_minutes, **lora)
     stats.pop("config", None)
     stats.pop("seconds", None)   # the stage's time is recorded with every stage's
     return {**stats, "epochs": knobs.epochs, "lr": knobs.lr}

@@ -53,6 +53,7 @@ from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.llm.model_files import cpu_bf16_native, model_dtype
 from agent_r.settings import UsageError
 from agent_r.training.adapter import lora_record, save_merged
+from agent_r.training.checkpoint import StepCheckpoint, inputs_key
 from agent_r.training.data import training_records
 from agent_r.training.saving import save_model
 from agent_r.training.settings import TrainKnobs
@@ -151,6 +152,24 @@ def batch_loss(model: Any, batch: list[Example], pad_id: int) -> tuple[Any, int]
     return loss, int(keep.sum())
 
 
+def held_out_loss(model: Any, data: list[Example], pad_id: int, bf16_autocast: bool = False,
+                  budget: int = 2048) -> tuple[float, int]:
+    """(mean loss per trained token, trained tokens) of ``data`` under
+    ``model``, batched as training batches them but without gradients: the
+    measure a recipe check compares on samples the fine-tune never saw."""
+    import torch
+
+    model.eval()
+    device = model.lm_head.weight.device.type
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for batch in epoch_batches(data, budget, random.Random(0)):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16_autocast):
+                loss, n = batch_loss(model, batch, pad_id)
+            total, tokens = total + float(loss), tokens + n
+    return (total / tokens if tokens else float("nan")), tokens
+
+
 # --------------------------------------------------------------------------- training
 
 def lr_at(step: int, total: int, knobs: TrainKnobs) -> float:
@@ -171,20 +190,25 @@ def plan_steps(data: list[Example], knobs: TrainKnobs, seed: int) -> list[list[l
 
 
 def train_steps(model: Any, steps: Iterable[list[Any]], loss_of: Callable[[Any], tuple[Any, int]], opt: Any,
-                lr_of: Callable[[int], float], total: int, desc: str) -> list[float]:
+                lr_of: Callable[[int], float], total: int, desc: str, first: int = 0,
+                after_step: Callable[[int, list[float]], None] | None = None) -> list[float]:
     """The one optimizer loop of the in-process trainers (this fine-tune and
     the bundled models' training from scratch, scripts/train_tiny_model.py):
     per step set the LR, accumulate each batch's mean token loss divided by
     the batches in the step (as mmengine accumulates), clip at 1, step.
     ``loss_of(batch)`` gives (loss summed over ``tokens`` tokens, tokens).
-    Returns each step's loss."""
+    Steps before ``first`` were run before (a resumed run): skipped.
+    ``after_step(steps done, losses)`` runs after each step. Returns each
+    step's loss from ``first`` on."""
     import torch
     from tqdm import tqdm
 
     model.train()
-    losses = []
-    bar = tqdm(steps, total=total, desc=desc, unit="step")
-    for n, step in enumerate(bar):
+    losses: list[float] = []
+    bar = tqdm(steps, total=total, desc=desc, unit="step", initial=first)
+    for n, step in enumerate(steps):
+        if n < first:
+            continue
         for group in opt.param_groups:
             group["lr"] = lr_of(n)
         opt.zero_grad(set_to_none=True)
@@ -197,20 +221,30 @@ def train_steps(model: Any, steps: Iterable[list[Any]], loss_of: Callable[[Any],
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(step_loss)
+        bar.update()
         bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if after_step:
+            after_step(n + 1, losses)
+    bar.close()
     return losses
 
 
 def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id: int,
-        bf16_autocast: bool = False) -> list[float]:
+        bf16_autocast: bool = False, checkpoint: StepCheckpoint | None = None) -> list[float]:
     """Runs the fine-tune's steps (AdamW 0.9/0.999, no weight decay, XTuner's
     schedule); returns each step's loss (mean per trained token).
     ``bf16_autocast``: forward passes run under CPU bf16 autocast (matmuls in
     bf16, losses and norms in fp32, torch's autocast lists); the weights the
-    optimizer updates stay fp32, so small updates are not rounded away."""
+    optimizer updates stay fp32, so small updates are not rounded away.
+    ``checkpoint``: resume from it, and save to it as steps finish."""
     import torch
 
     opt = torch.optim.AdamW(model.parameters(), lr=knobs.lr, betas=(0.9, 0.999), weight_decay=0.0)
+    first, before = checkpoint.resume(model, opt) if checkpoint else (0, [])
+
+    def after_step(done: int, losses: list[float]) -> None:
+        if checkpoint:
+            checkpoint.maybe_save(done, before + losses, model, opt, last=done == len(steps))
 
     device = model.lm_head.weight.device.type
 
@@ -218,13 +252,15 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16_autocast):
             return batch_loss(model, batch, pad_id)
 
-    return train_steps(model, steps, loss_of, opt, lambda n: lr_at(n, len(steps), knobs), len(steps),
-                       f"fine-tune ({device}, bf16 autocast)" if bf16_autocast else f"fine-tune ({device})")
+    return before + train_steps(model, steps, loss_of, opt, lambda n: lr_at(n, len(steps), knobs), len(steps),
+                                f"fine-tune ({device}, bf16 autocast)" if bf16_autocast else f"fine-tune ({device})",
+                                first=first, after_step=after_step)
 
 
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
               threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
-              adapter_dir: str | None = None, full_dir: str | None = None, device: str = "cpu") -> dict:
+              adapter_dir: str | None = None, full_dir: str | None = None, device: str = "cpu",
+              checkpoint_dir: str | None = None, checkpoint_s: float = 600.0) -> dict:
     """Fully fine-tune ``model_dir`` on the export files (plus general data
     at ETA); write the model to ``out_dir`` (a Hugging Face directory) in the
     model's own dtype; return the run's statistics. ``threads`` 0 = torch's
@@ -238,7 +274,10 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     trained model, to measure what the truncation costs. ``device="cuda"``
     runs the same loop on a GPU (bf16 autocast for a bf16 model, fp32
     master weights), for recipe sweeps; the model comes back to the CPU
-    before it is saved or merged, so what is written does not depend on it."""
+    before it is saved or merged, so what is written does not depend on it.
+    ``checkpoint_dir``: a step checkpoint is saved there every
+    ``checkpoint_s`` seconds and resumed from by a rerun of the same inputs
+    (``agent_r.training.checkpoint``); it is removed once the model is saved."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -261,7 +300,12 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     wrapped = lora.wrap(model) if lora is not None and not svd else None
     steps = plan_steps(data, knobs, seed)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    losses = fit(model, steps, knobs, pad, bf16_autocast=autocast)
+    checkpoint = None
+    if checkpoint_dir:
+        lora_settings = lora_record(lora) if lora is not None else None
+        key = inputs_key(model_dir, list(data_files), {**asdict(knobs), "seed": seed, "lora": lora_settings})
+        checkpoint = StepCheckpoint(checkpoint_dir, key, checkpoint_s, adapter=lora is not None)
+    losses = fit(model, steps, knobs, pad, bf16_autocast=autocast, checkpoint=checkpoint)
     model.to("cpu").eval()
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
     extra: dict = {}
@@ -279,6 +323,10 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     else:
         save_model(model.to(getattr(torch, saved)) if saved else model, Path(model_dir), Path(out_dir),
                    dtype_name=saved)
+    if checkpoint:
+        checkpoint.remove()
+        if checkpoint.resumed_from:
+            extra["resumed_from_step"] = checkpoint.resumed_from
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,

@@ -6,6 +6,7 @@ that would grow past its size limit is refused with one line naming the file."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,48 @@ def test_lora_needs_the_cpu_trainer(base_model):
     assert check_trainer(settings_for({**env, "TRAINER": "cpu", "VARIANTS": "agent-r,eto"}, [])) == "cpu"
     assert check_trainer(settings_for({**env, "TRAINER": "cpu"}, [])) == "cpu"
     assert json.dumps(settings_for(env, []).lora_rank) == "8"
+
+
+class Cut(BaseException):
+    """The gate: the machine goes away right after a fine-tune's first checkpoint."""
+
+
+def test_a_fine_tune_cut_off_goes_on_from_its_banked_checkpoint(lora_run, monkeypatch):
+    from agent_r.training import checkpoint
+
+    tmp, env, flags, result = lora_run
+    first = tmp / "first" / "lora"
+    steps = read_json(first / "iter_1" / "model" / "agent-r" / ".done.json")["stats"]["steps"]
+    assert steps >= 2
+    pieces.bank(first, tmp / "bank_cut")
+    cut = tmp / "cut" / "lora"
+    pieces.restore(tmp / "bank_cut", cut)
+    for stage in ("model", "eval"):   # iteration 1's agent-r fine-tune (and what follows it) is still to run
+        shutil.rmtree(cut / "iter_1" / stage / "agent-r")
+    shutil.rmtree(cut / "iter_2")
+    one = {**env, "ITERATIONS": "1", "VARIANTS": "agent-r", "CHECKPOINT_MINUTES": "0"}
+    save = checkpoint.StepCheckpoint.save
+
+    def gated(self, done, *args):
+        save(self, done, *args)
+        raise Cut
+
+    with monkeypatch.context() as m:
+        m.setattr(checkpoint.StepCheckpoint, "save", gated)
+        with pytest.raises(Cut):
+            run(settings_for(one, flags + ["--runs_dir", str(tmp / "cut")]))
+    bank = tmp / "bank_cut"
+    pieces.bank(cut, bank)
+    banked = bank / "iter_1" / "model" / "agent-r" / "checkpoint"
+    assert read_json(banked / checkpoint.PROGRESS)["step"] == 1 and (banked / checkpoint.OPTIMIZER).is_file()
+
+    later = tmp / "later" / "lora"                                      # the next machine
+    pieces.restore(bank, later)
+    assert run(settings_for(one, flags + ["--runs_dir", str(tmp / "later")])).exit_code == 0
+    model = later / "iter_1" / "model" / "agent-r"
+    assert read_json(model / ".done.json")["stats"]["resumed_from_step"] == 1
+    adapter = Path("adapter") / "adapter_model.safetensors"
+    assert (model / adapter).read_bytes() == (first / "iter_1" / "model" / "agent-r" / adapter).read_bytes()
+    assert not (model / "checkpoint").exists()
+    pieces.bank(later, bank)
+    assert not banked.exists() and (bank / "iter_1" / "model" / "agent-r" / adapter).is_file()

@@ -82,7 +82,7 @@ def test_each_iteration_gets_its_alpha_and_epochs_and_never_searches_the_base_mo
         base_model, textcraft_server, tmp_path, monkeypatch):
     handed = []
 
-    def recording_trainer(model_dir, data_files, out_dir, knobs, seed=0, threads=0):
+    def recording_trainer(model_dir, data_files, out_dir, knobs, seed=0, threads=0, **_):
         handed.append(knobs)
         shutil.copytree(model_dir, out_dir)
         return {"trainer": "cpu", "steps": 1, "first_loss": 1.0, "last_loss": 0.5}

@@ -21,7 +21,7 @@ def test_each_iteration_trains_the_model_and_data_train_from_names(train_from, b
                                                                      tmp_path, monkeypatch):
     handed: list[tuple[str, list[str]]] = []
 
-    def recording_trainer(model_dir, data_files, out_dir, knobs, seed=0, threads=0):
+    def recording_trainer(model_dir, data_files, out_dir, knobs, seed=0, threads=0, **_):
         handed.append((model_dir, list(data_files)))
         shutil.copytree(model_dir, out_dir)
         return {"trainer": "cpu", "steps": 1, "first_loss": 1.0, "last_loss": 0.5}
