@@ -43,12 +43,8 @@ step = max(1, len(train) // n)
 Path(sys.argv[1]).write_text(json.dumps(train[::step][:n]))
 PYEOF
 
-PORT=${PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-URL="http://127.0.0.1:$PORT"
-"$PY" -m agentenv_servers.textcraft --port "$PORT" > "$RUNS/$NAME/textcraft_server.log" 2>&1 &
-SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
-for _ in $(seq 150); do curl -sf "$URL/health" >/dev/null 2>&1 && break; sleep 0.2; done
+. reproduction/textcraft_server.sh
+start_textcraft_server "$RUNS/$NAME/textcraft_server.log"
 
 LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --split_file "$SPLIT"
       --max_pairs_per_tree 4 --max_new_tokens 60 --concurrency 32 --hf_batch_size 32

@@ -151,12 +151,8 @@ if [ -z "${GENERAL_DATA+set}" ]; then
 fi
 export GENERAL_DATA
 
-PORT=${PORT:-$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
-URL="http://127.0.0.1:$PORT"
-"$PY" -m agentenv_servers.textcraft --port "$PORT" > "$ROOT/textcraft_server.log" 2>&1 &
-SERVER_PID=$!
-trap 'kill "$SERVER_PID" 2>/dev/null || true' EXIT
-for _ in $(seq 150); do curl -sf "$URL/health" >/dev/null 2>&1 && break; sleep 0.2; done
+. reproduction/textcraft_server.sh
+start_textcraft_server "$ROOT/textcraft_server.log"
 
 LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --split_file "$SPLIT"
       --exploration_c "$EXPLORATION_C" --max_pairs_per_tree "$MAX_PAIRS_PER_TREE" --max_new_tokens "$MAX_NEW_TOKENS"
