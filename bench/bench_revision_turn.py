@@ -15,8 +15,9 @@ and data allow. Three numbers per model:
    pieces and the turn costs far more tokens than an ordinary one.
 2. Log-probability: the summed log-probability of the whole revision turn
    (its tokens and the model's own end-of-turn token) right after a failed episode
-   (``--episodes``: an eval.py output folder; its failed episodes are the
-   contexts, each with every revision thought), tokenised as at generation
+   (``--episodes``: an eval.py output folder, whose failed episodes are the
+   contexts, or a revision-task file, whose rows are; each with every
+   revision thought), tokenised as at generation
    time (the chat prompt with the generation header, then the turn); and
    per context the log of their summed probabilities: the chance that a
    temperature-1 sample writes one of them. ``--cut 3`` ends each context
@@ -51,7 +52,14 @@ def revision_turn(thought: str) -> str:
 def failed_episodes(folder: Path, limit: int, cut: int = 0) -> list[list[dict]]:
     """The conversations of the folder's failed episodes, in task order;
     ``cut`` > 0 keeps each one's first ``cut`` model turns and their replies
-    (training places the revision turn early: the first bad step)."""
+    (training places the revision turn early: the first bad step). A
+    revision-task file (the loop's ``revise_tasks_<task>.jsonl``: a base
+    model's failed test episodes, each already cut at a random step) gives
+    its rows as they are: the same contexts for every model of a run, and
+    small enough to be banked with it."""
+    if folder.is_file():
+        rows = [json.loads(line) for line in folder.read_text().splitlines() if line.strip()]
+        return [[{"role": m["role"], "content": m["content"]} for m in r["messages"]] for r in rows][:limit]
     files = sorted(folder.glob("search_results_*.json"), key=lambda p: int(p.stem.rsplit("_", 1)[1]))
     if not files:
         raise SystemExit(f"{folder}: no search_results_*.json; pass an eval.py output folder with --episodes")
@@ -187,7 +195,8 @@ def report(r: dict) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", required=True, help="an eval.py output folder; its failed episodes are the contexts")
+    parser.add_argument("--episodes", required=True, help="an eval.py output folder (its failed episodes are the "
+                        "contexts) or a revision-task file (revise_tasks_<task>.jsonl: its rows are)")
     parser.add_argument("--model_dir", nargs="+", default=[str(BUNDLED_MODEL)], help="model folders to measure")
     parser.add_argument("--limit", type=int, default=30, help="failed episodes used as contexts (the first N)")
     parser.add_argument("--cut", type=int, default=0,

@@ -6,14 +6,15 @@ other searched train tasks, never the test split.
 Why a check and not a constant: a LoRA adapter wants a far larger LR than a
 full fine-tune (the SmolLM2 base's adapter was trained at 1e-3), and the
 paper's batch (1 x 16 sequences of 2,048 tokens) gives a run of a few hundred
-samples only a dozen optimizer steps, so a rate that suits the base's recipe
+samples only a few dozen optimizer steps, so a rate that suits the base's recipe
 (thousands of samples, 2 sequences a step) says little here.
 
 Two losses per LR, both per trained token on the held-out samples: all their
 trained turns, and their revision turns alone (the turn a revision sample
 exists to teach). ``--train_fraction f --accumulative_counts 16f`` trains on
-a seeded part of the rows with the same number of optimizer steps as the whole
-set, at a fraction of the time (the batch is f times the size).
+a seeded part of the rows at f times the batch, so the part still takes
+several optimizer steps an epoch, at a fraction of the whole set's time (the
+SmolLM2 check: an eighth of the rows, 14 steps against the run's 30).
 
     python -m scripts.lora_lr_check --train_files A.json,B.json --val_files C.json \\
         --general_data P.json,V.json --lrs 1e-4,3e-4,1e-3,3e-3 --out runs/lr_check
