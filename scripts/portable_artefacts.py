@@ -79,9 +79,12 @@ def run_of(path: Path) -> str | None:
     return parts[1]
 
 
-def tracked(patterns: list[str]) -> list[Path]:
-    out = subprocess.run(["git", "ls-files", *patterns], cwd=REPOSITORY, capture_output=True, text=True, check=True)
-    return [REPOSITORY / line for line in out.stdout.splitlines() if line]
+def tracked(patterns: list[str], root: Path = REPOSITORY) -> list[Path]:
+    """The files git tracks or is about to (staged or not; a bank's new
+    summaries are checked before their commit), that are on disk."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", *patterns],
+                         cwd=root, capture_output=True, text=True, check=True)
+    return [root / line for line in out.stdout.splitlines() if line and (root / line).is_file()]
 
 
 def fix_json(path: Path, check: bool, unknown: list[str]) -> bool:

@@ -4,6 +4,8 @@ the rewrite of older files changes paths only (tests/loop/
 test_portable_results.py holds the writers)."""
 from __future__ import annotations
 
+import subprocess
+
 from scripts import portable_artefacts
 
 
@@ -23,3 +25,21 @@ def test_a_path_becomes_relative_to_its_run_or_the_repository():
     assert portable_artefacts.rewrite_text(text, "r", "f", unknown) == \
         '{"a": 1.50, "b": "x.jsonl,y.jsonl", "c": "/", "d": "/opt/llama"}'
     assert unknown == ["f: /opt/llama"]
+
+
+def test_the_check_reads_new_files_and_skips_deleted_ones(tmp_path):
+    """A bank's new summaries are checked before their commit, and a tracked
+    file the bank just removed (a finished fine-tune's checkpoint) is no error."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "run").mkdir()
+    for name in ("old.json", "gone.json"):
+        (tmp_path / "run" / name).write_text("{}")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (tmp_path / "run" / "gone.json").unlink()
+    (tmp_path / "run" / "new.json").write_text("{}")
+    (tmp_path / ".gitignore").write_text("ignored.json\n")
+    (tmp_path / "run" / "ignored.json").write_text("{}")
+    found = portable_artefacts.tracked(["run/*.json"], root=tmp_path)
+    assert sorted(p.name for p in found) == ["new.json", "old.json"]
