@@ -104,6 +104,19 @@ last_iteration() {
   echo "$ITERATIONS"
 }
 
+# $VARIANT_LIST, and every other variant of the run evaluated at each of its iterations up to $1
+with_evaluated() {
+  local list=$VARIANT_LIST v j
+  for v in $(ls "$ROOT/iter_1/eval" 2>/dev/null); do
+    case ",$list," in *",$v,"*) continue ;; esac
+    for ((j = 1; j <= $1 && j <= $(last_iteration "$v"); j++)); do
+      [ -f "$ROOT/iter_$j/eval/$v/.done.json" ] || continue 2
+    done
+    list="$list,$v"
+  done
+  echo "$list"
+}
+
 ROOT="$RUNS/$NAME"
 LOGS="$ROOT/logs"
 # The run folder of part $1 of $2 of iteration $ITERATIONS's search.
@@ -215,7 +228,9 @@ for p in "${pids[@]}"; do wait "$p" || true; done   # a failed item is retried b
     --hf_batch_size "$HF_BATCH_SIZE" --model_name base ${KV_CACHE_GIB:+--kv_cache_gib "$KV_CACHE_GIB"} \
     > "$LOGS/search_rest.log" 2>&1 || true
 ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval_rest.log" 2>&1
-copy_results 0
+# the base's row alone; a run that goes on copies it with its iterations' rows (a run of one
+# variant must not replace the committed table of every variant with the base's)
+[ "$ITERATIONS" -gt 0 ] || copy_results 0
 
 for ((k = 1; k <= ITERATIONS; k++)); do
   running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$k" ] || printf '%s ' "$v"; done)
@@ -236,8 +251,9 @@ for ((k = 1; k <= ITERATIONS; k++)); do
     fi
   done
   for p in "${pids[@]+"${pids[@]}"}"; do wait "$p" || true; done
-  # every variant together: finished stages are only read back; retries what failed
-  ITERATIONS=$k VARIANTS=$VARIANT_LIST "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
+  # every variant together: finished stages are only read back; retries what failed. Variants
+  # an earlier command evaluated (VARIANTS=agent-r, then VARIANTS=direct) join the table.
+  ITERATIONS=$k VARIANTS=$(with_evaluated "$k") "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
   copy_results "$k"
 done
 cat "$ROOT/results.md"
