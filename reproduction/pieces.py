@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import ADAPTER_DIR, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
 from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
@@ -266,19 +266,31 @@ def _markers(pieces: list[Path], rel: Path, stage: str) -> list[dict]:
     return found
 
 
-def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any) -> dict:
+def _of_variants(folders: set[Path], variants: list[str] | None) -> list[Path]:
+    """The stage folders (trees/<label>, data/<variant>) that ``variants`` read;
+    iteration 1's shared search (trees/base) is read by every variant."""
+    return sorted(f for f in folders if variants is None or f.name in variants or f.name == BASE)
+
+
+def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
+          variants: list[str] | None = None) -> dict:
     """Joins the pieces' iteration ``iteration`` into run ``into``: every
     search marker (summed), every data folder (rows joined in piece order,
     then ``export_data(variant, jsonl_files, export_file)`` -> train_samples).
+    ``variants`` limits it to theirs, so one variant's pieces can be merged
+    while another variant's pieces of the same iteration are still running.
     Returns {stage folder: stats}."""
     if not pieces:
         raise UsageError("merge needs at least one piece run folder")
     it = Path(f"iter_{iteration}")
     written = {}
-    searches = sorted({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "trees").glob(f"*/{MARKER}")})
-    datas = sorted({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "data").glob(f"*/{MARKER}")})
+    searches = _of_variants({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "trees").glob(f"*/{MARKER}")},
+                            variants)
+    datas = _of_variants({p.parent.relative_to(pieces[0]) for p in (pieces[0] / it / "data").glob(f"*/{MARKER}")},
+                         variants)
     if not datas:
-        raise UsageError(f"{pieces[0]} has no finished data stage in {it}: nothing to merge")
+        which = f" of {','.join(variants)}" if variants else ""
+        raise UsageError(f"{pieces[0]} has no finished data stage{which} in {it}: nothing to merge")
     for rel in searches:
         done = _markers(pieces, rel, "search")
         stats = merge_stats([d["stats"] for d in done])
@@ -312,17 +324,18 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any) -> d
     return written
 
 
-def loop_exporter(iterate_argv: list[str]) -> Any:
-    """The data stage's own export, with iterate.py's settings (flags after
-    merge's own, and the environment): the pieces' rows are exported as the
-    whole run's data stage would have exported them."""
+def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: list[str]) -> dict:
+    """``merge`` with iterate.py's settings (flags after merge's own, and the
+    environment): the variants of VARIANTS that run this iteration, their rows
+    exported as the whole run's data stage would have exported them."""
     from agent_r.loop import IterateSettings
     from agent_r.loop.stages import export_rows
     from agent_r.settings import parse
 
     s = parse(IterateSettings, iterate_argv, prog="python -m reproduction.pieces merge")
     s.finish()
-    return lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir)
+    return merge(pieces, into, iteration, lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir),
+                 s.variants_at(iteration))
 
 
 def _text(path: Path) -> str:
@@ -341,23 +354,29 @@ def _archived_json(archive: Path) -> dict[str, Any]:
         return {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")}
 
 
-def status(bank_dir: Path, name: str, iteration: int, of: int) -> tuple[list[list[str]], list[int]]:
-    """(a row per banked piece of iteration ``iteration``, the parts still to run)."""
+def status(bank_dir: Path, name: str, iteration: int, of: int,
+           variant: str | None = None) -> tuple[list[list[str]], list[int]]:
+    """(a row per banked piece of iteration ``iteration``, the parts still to
+    run); with ``variant``, that variant's search and data only: from
+    iteration 2 on each variant searches with its own model, piece by piece."""
     rows, todo = [], []
     for j in range(1, of + 1):
         piece = f"{name}-i{iteration}-piece-{j:02d}-of-{of:02d}"
         archive = bank_dir / "pieces" / piece / ARCHIVE
         files = _archived_json(archive) if archive.exists() else {}
+        def wanted(k: str) -> bool:
+            return variant is None or k.split("/")[2] in (variant, BASE)
         data = {k.split("/")[2]: v["stats"] for k, v in files.items()
-                if k.startswith(f"iter_{iteration}/data/") and k.endswith(MARKER)}
-        searches = {k: v for k, v in files.items() if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MARKER)}
+                if k.startswith(f"iter_{iteration}/data/") and k.endswith(MARKER) and wanted(k)}
+        searches = {k: v for k, v in files.items()
+                    if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MARKER) and wanted(k)}
         if not data or not searches:
             todo.append(j)
             continue
         trees = summed([next(iter(v["stats"].values())) for v in searches.values()])
         seconds = sum(v["seconds"] for v in searches.values())
         samples = sum(v["stats"]["backend"]["samples"] for k, v in files.items()
-                      if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MANIFEST))
+                      if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MANIFEST) and wanted(k))
         revision = sum(next(iter(d["tasks"].values())).get("revision_samples", 0) for v, d in data.items()
                        if v == "agent-r")
         rows.append([str(j), str(trees["trees"]), str(trees["trees_with_success"]), str(revision),
@@ -394,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--name", required=True, help="the whole run's name (NAME)")
     st.add_argument("--iteration", type=int, required=True)
     st.add_argument("--of", type=int, required=True)
+    st.add_argument("--variant", help="that variant's search and data only (default: every variant's, summed)")
     args, rest = parser.parse_known_args(argv)
     setup_logging()
     if args.command == "slice":
@@ -405,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
                      args.limit_mb)
         print(f"banked {count} files of {args.run} in {args.bank}")
     elif args.command == "status":
-        rows, todo = status(Path(args.bank), args.name, args.iteration, args.of)
+        rows, todo = status(Path(args.bank), args.name, args.iteration, args.of, args.variant)
         head = ["piece", "trees", "with a success", "agent-r revision samples", "train samples (all variants)",
                 "search min", "search samples/s"]
         for row in [head, ["---"] * len(head), *rows]:
@@ -414,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "restore":
         print(f"restored {restore(Path(args.bank), Path(args.run))} files of {args.bank} into {args.run}")
     else:
-        written = merge([Path(p) for p in args.pieces.split(",") if p], Path(args.into), args.iteration, loop_exporter(rest))
+        written = loop_merge([Path(p) for p in args.pieces.split(",") if p], Path(args.into), args.iteration, rest)
         for folder, stats in written.items():
             print(f"{folder}: {stats.get('train_samples', stats)}")
     return 0

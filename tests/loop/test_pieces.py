@@ -6,6 +6,7 @@ data the whole run makes from the same tasks, byte for byte."""
 from __future__ import annotations
 
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -128,6 +129,50 @@ def test_merge_refuses_a_piece_whose_data_is_unfinished(whole_and_merged, tmp_pa
     runs, _, _ = whole_and_merged
     with pytest.raises(UsageError, match="not finished"):
         pieces.merge([runs / "piece1", tmp_path / "missing"], tmp_path / "into", 1, lambda *a: 0)
+
+
+@pytest.fixture
+def direct_unfinished_in_piece2(whole_and_merged, tmp_path) -> list[Path]:
+    """The two pieces, the second a copy whose direct data stage has not finished
+    (that variant's pieces still running while agent-r's are done)."""
+    runs, _, _ = whole_and_merged
+    piece2 = tmp_path / "piece2"
+    shutil.copytree(runs / "piece2", piece2, symlinks=True)
+    (piece2 / "iter_1" / "data" / "direct" / ".done.json").unlink()
+    return [runs / "piece1", piece2]
+
+
+def count_rows(variant: str, files: list[str], out: Path) -> int:
+    return sum(len(Path(f).read_text().splitlines()) for f in files)
+
+
+def test_merge_of_some_variants_ignores_another_variants_unfinished_pieces(whole_and_merged,
+                                                                          direct_unfinished_in_piece2, tmp_path):
+    _, merged, _ = whole_and_merged
+    with pytest.raises(UsageError, match="data/direct is not finished"):
+        pieces.merge(direct_unfinished_in_piece2, tmp_path / "all", 1, count_rows)
+    written = pieces.merge(direct_unfinished_in_piece2, tmp_path / "some", 1, count_rows, ["agent-r"])
+    assert set(written) == {"iter_1/trees/base", "iter_1/data/agent-r"}
+    assert written["iter_1/trees/base"] == merged["iter_1/trees/base"]
+    drop = lambda stats: {k: v for k, v in stats.items() if k != "train_samples"}   # noqa: E731
+    assert drop(written["iter_1/data/agent-r"]) == drop(merged["iter_1/data/agent-r"])
+    assert not (tmp_path / "some" / "iter_1" / "data" / "direct").exists()
+    with pytest.raises(UsageError, match="no finished data stage of sciworld-only"):
+        pieces.merge(direct_unfinished_in_piece2, tmp_path / "none", 1, count_rows, ["sciworld-only"])
+
+
+def test_status_of_one_variant_lists_its_own_pieces_still_to_run(direct_unfinished_in_piece2, tmp_path):
+    bank = tmp_path / "bank"
+    for j, run_folder in enumerate(direct_unfinished_in_piece2, start=1):
+        pieces.bank(run_folder, bank / "pieces" / f"r-i1-piece-{j:02d}-of-02")
+    samples = {v: marker(direct_unfinished_in_piece2[0] / "iter_1" / "data" / v)["stats"]["train_samples"]
+               for v in VARIANTS.split(",")}
+    rows, todo = pieces.status(bank, "r", 1, 2, "agent-r")
+    assert todo == [] and [r[0] for r in rows] == ["1", "2"] and rows[0][4] == str(samples["agent-r"])
+    rows, todo = pieces.status(bank, "r", 1, 2, "direct")
+    assert todo == [2] and rows[0][4] == str(samples["direct"])
+    rows, _ = pieces.status(bank, "r", 1, 2)
+    assert rows[0][4] == str(sum(samples.values()))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7])
