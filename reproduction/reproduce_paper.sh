@@ -103,6 +103,11 @@ last_iteration() {
   done
   echo "$ITERATIONS"
 }
+# The variants of $VARIANT_LIST that run iteration $1, comma-separated.
+variants_at() {
+  local v
+  for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$1" ] || printf '%s,' "$v"; done
+}
 
 # $VARIANT_LIST, and every other variant of the run evaluated at each of its iterations up to $1
 with_evaluated() {
@@ -189,7 +194,7 @@ copy_results() {
 bank_state() { [ -z "$BANK" ] || "$PY" -m reproduction.pieces bank --run "$ROOT" --bank "$BANK" --limit_root "$REPRO_OUT" || true; }
 trap 'kill "$SERVER_PID" 2>/dev/null || true; bank_state' EXIT
 if [ -n "$PIECE" ]; then
-  running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$ITERATIONS" ] || printf '%s,' "$v"; done)
+  running=$(variants_at "$ITERATIONS")
   echo "== piece $PIECE of iteration $ITERATIONS: search and data of ${running%,} in $ROOT (logs: $LOGS)"
   # the whole run's earlier iterations, shared: a model it lost with its machine is fine-tuned
   # again there by the first piece that needs it (iterate.py takes a lock per model)
@@ -206,7 +211,9 @@ if [ -n "$MERGE" ]; then
     piece=$(piece_name "$j" "$MERGE")
     [ -z "$BANK" ] || "$PY" -m reproduction.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
   done
-  "$PY" -m reproduction.pieces merge --iteration "$ITERATIONS" --into "$ROOT" --pieces "$pieces" "${LOOP[@]:1}"
+  # only this command's variants: another variant's pieces of the same iteration may still be running
+  VARIANTS=$(variants_at "$ITERATIONS") "$PY" -m reproduction.pieces merge --iteration "$ITERATIONS" --into "$ROOT" \
+      --pieces "$pieces" "${LOOP[@]:1}"
 fi
 # a search already done (merged from pieces) is not searched again: its trees may be gone
 [ "$ITERATIONS" -gt 0 ] && [ ! -f "$ROOT/iter_1/trees/base/.done.json" ] || SHARDS=-1
@@ -233,8 +240,8 @@ ITERATIONS=0 VARIANTS=agent-r "$PY" "${LOOP[@]}" > "$LOGS/base_eval_rest.log" 2>
 [ "$ITERATIONS" -gt 0 ] || copy_results 0
 
 for ((k = 1; k <= ITERATIONS; k++)); do
-  running=$(for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$k" ] || printf '%s ' "$v"; done)
-  echo "== $k: iteration $k of ${running% }"
+  running=$(variants_at "$k")
+  echo "== $k: iteration $k of ${running%,}"
   pids=()
   for v in ${VARIANT_LIST//,/ }; do
     [ "$(last_iteration "$v")" -ge "$k" ] || continue
