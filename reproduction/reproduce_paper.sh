@@ -169,6 +169,17 @@ if [ -z "${GENERAL_DATA+set}" ]; then
 fi
 export GENERAL_DATA
 
+# TRAIN_ONLY=1: iteration $ITERATIONS's fine-tunes alone (reproduction/fine_tune.py), with this run's settings,
+# on a machine that needs no env server or vLLM for them: a lent GPU with TRAIN_DEVICE=cuda, where a LoRA
+# fine-tune takes minutes. Bring back each iter_k/model/<variant>'s .done.json and adapter/ (or the bank).
+if [ "${TRAIN_ONLY:-0}" = 1 ]; then
+  running=$(variants_at "$ITERATIONS")
+  echo "== the fine-tunes of iteration $ITERATIONS of ${running%,} in $ROOT (TRAIN_DEVICE=${TRAIN_DEVICE:-cpu})"
+  VARIANTS=${running%,} "$PY" -m reproduction.fine_tune --name "$NAME" --runs_dir "$RUNS"
+  [ -z "$BANK" ] || "$PY" -m reproduction.pieces bank --run "$ROOT" --bank "$BANK" --limit_root "$REPRO_OUT"
+  exit 0
+fi
+
 . reproduction/textcraft_server.sh
 start_textcraft_server "$ROOT/textcraft_server.log"
 

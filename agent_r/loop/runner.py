@@ -83,7 +83,8 @@ class Loop:
             return True
         if k >= s.last_iteration[variant]:
             return False
-        if finished(lay.trees(k + 1, variant), "search") is None or finished(lay.data(k + 1, variant), "data") is None:
+        if any(finished(folder, name) is None for folder, name in ((lay.trees(k + 1, variant), "search"), (
+                lay.data(k + 1, variant), "data"), (lay.model(k + 1, variant), "train"))):
             return True
         if self.trained(k + 1, variant) and lay.hf(k + 1, variant).exists():
             return False   # model_{k+1} is made and here
@@ -159,10 +160,7 @@ class Loop:
             else stages.data_stage(s, self.pool, trees, data_dir, variant, prev, export, k)))
         if s.stop_after and k == s.iterations:
             return None
-        start, files = self.training_plan(k, variant, prev)
-        model_dir = lay.model(k, variant)
-        trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
-        trained = self.train_once(k, variant, model_dir, lambda: self.train(start, files, model_dir, trainer, k))
+        start, files, trained = self.fine_tune(k, variant, prev)
         if s.stop_after:
             return None
         model = self.model(k, variant)
@@ -173,6 +171,14 @@ class Loop:
                                 **self.sampled(k, variant, model),
                                 "search": searched, "data": data, "train": trained,
                                 **self.training_settings(k, variant)})
+
+    def fine_tune(self, k: int, variant: str, prev: Policy) -> tuple[str, list[str], dict]:
+        """The train stage of model_k: (the model it starts from, its data files, the stage's statistics)."""
+        start, files = self.training_plan(k, variant, prev)
+        model_dir = self.layout.model(k, variant)
+        trainer = trl_stages.DPO_TRAINER if variant == trl_stages.ETO else self.trainer
+        trained = self.train_once(k, variant, model_dir, lambda: self.train(start, files, model_dir, trainer, k))
+        return start, files, trained
 
     def training_settings(self, k: int, variant: str) -> dict:
         """The settings model_k of ``variant`` is made with, from the config

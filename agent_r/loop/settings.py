@@ -72,6 +72,10 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
                              "projection): model_k is model_{k-1} with its adapter merged, and the adapter (a few "
                              "MB, iter_<k>/model/<variant>/adapter) rebuilds it in seconds where the weights are "
                              "gone; 0 = full fine-tunes (default, the paper's)")
+    train_device: str = setting("cpu", env="TRAIN_DEVICE", choices=("cpu", "cuda"),
+                                help="TRAINER=cpu: where its fine-tunes run; cuda trains the same recipe on a GPU "
+                                "(bf16 autocast, fp32 master weights; a LoRA run's fine-tunes take minutes there "
+                                "instead of hours), the model saved and merged on the CPU (default cpu)")
     checkpoint_minutes: float = setting(10.0, env="CHECKPOINT_MINUTES", minimum=0.0,
                                         help="TRAINER=cpu: minutes between step checkpoints of a fine-tune "
                                         "(iter_<k>/model/<variant>/checkpoint; a rerun goes on from it, and a "

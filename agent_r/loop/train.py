@@ -56,6 +56,15 @@ def check_trainer(s: IterateSettings) -> str:
         raise UsageError(f"LORA_RANK={s.lora_rank} trains adapters with the CPU trainer (and the eto variant's DPO), "
                          f"but TRAINER={s.trainer} resolves to {trainer}: set TRAINER=cpu, or LORA_RANK=0 for full "
                          "fine-tunes")
+    if s.train_device == "cuda":
+        import torch
+
+        if trainer != "cpu":
+            raise UsageError(f"TRAIN_DEVICE=cuda is the CPU trainer's GPU switch, but TRAINER={s.trainer} resolves to "
+                             f"{trainer}: set TRAINER=cpu, or leave TRAIN_DEVICE at cpu")
+        if not torch.cuda.is_available():
+            raise UsageError("TRAIN_DEVICE=cuda, but torch sees no CUDA device here: train on a GPU machine, or set "
+                             "TRAIN_DEVICE=cpu")
     if (trainer == "trl" or ETO in s.variant_list) and importlib.util.find_spec("trl") is None:
         raise UsageError(f"TRL is not installed (TRAINER={s.trainer}, VARIANTS={s.variants}): run `pip install -r "
                          "requirements.txt`")
@@ -122,7 +131,7 @@ def train_stage(s: IterateSettings, pool: ModelPool, trainer: str, start: str, d
         lora = {"lora": Lora(rank=s.lora_rank, alpha=2 * s.lora_rank), "adapter_dir": str(out / ADAPTER_DIR)} \
             if s.lora_rank else {}
         stats = cpu.fine_tune(start, data_files, str(out / HF_DIR), knobs, seed=s.seed,
-                              checkpoint_dir=str(out / CHECKPOINT_DIR), checkpoint_s=60 * s.checkpoint_minutes, **lora)
+                              checkpoint_dir=str(out / CHECKPOINT_DIR), checkpoint_s=60 * s.checkpoint_minutes, device=s.train_device, **lora)
     stats.pop("config", None)
     stats.pop("seconds", None)   # the stage's time is recorded with every stage's
     return {**stats, "epochs": knobs.epochs, "lr": knobs.lr}

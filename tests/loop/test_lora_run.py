@@ -142,3 +142,59 @@ def test_a_fine_tune_cut_off_goes_on_from_its_banked_checkpoint(lora_run, monkey
     assert not (model / "checkpoint").exists()
     pieces.bank(later, bank)
     assert not banked.exists() and (bank / "iter_1" / "model" / "agent-r" / adapter).is_file()
+
+
+def test_fine_tune_alone_writes_what_the_loops_train_stage_writes(lora_run, monkeypatch):
+    """reproduction.fine_tune (TRAIN_ONLY=1, e.g. on a GPU machine without env
+    server or vLLM) on a restored run: model_1 is rebuilt from its adapter,
+    not trained again, and model_2's adapter is the loop's, byte for byte."""
+    from agent_r.training import cpu
+    from reproduction.fine_tune import fine_tune
+
+    tmp, env, flags, _ = lora_run
+    first = tmp / "first" / "lora"
+    pieces.bank(first, tmp / "bank_ft")
+    elsewhere = tmp / "elsewhere" / "lora"
+    pieces.restore(tmp / "bank_ft", elsewhere)
+    shutil.rmtree(elsewhere / "iter_2" / "model" / "agent-r")
+    trained = []
+    real = cpu.fine_tune
+
+    def recorded(model_dir, data_files, out_dir, *args, **kwargs):
+        trained.append(Path(out_dir).relative_to(elsewhere).parts[0])
+        return real(model_dir, data_files, out_dir, *args, **kwargs)
+
+    monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", recorded)
+    two = {**env, "ITERATIONS": "2", "VARIANTS": "agent-r"}
+    stats = fine_tune(settings_for(two, flags + ["--runs_dir", str(tmp / "elsewhere")]))
+    assert trained == ["iter_2"]                                         # model_1: rebuilt, not fine-tuned
+    assert stats["agent-r"]["trainer"] == "cpu" and stats["agent-r"]["device"] == "cpu"
+    model = Path("iter_2") / "model" / "agent-r"
+    adapter = Path("adapter") / "adapter_model.safetensors"
+    assert (elsewhere / model / adapter).read_bytes() == (first / model / adapter).read_bytes()
+    assert read_json(elsewhere / model / ".done.json")["stage"] == "train"
+
+
+def test_fine_tune_alone_needs_the_data_stage_and_a_gpu_where_asked(lora_run, tmp_path):
+    from reproduction.fine_tune import fine_tune
+
+    _, env, flags, _ = lora_run
+    empty = flags + ["--runs_dir", str(tmp_path)]
+    with pytest.raises(UsageError, match="iteration 1's data stage of agent-r is not finished"):
+        fine_tune(settings_for({**env, "ITERATIONS": "1", "VARIANTS": "agent-r"}, empty))
+    done = subprocess.run([sys.executable, "-m", "reproduction.fine_tune", *empty], cwd=ROOT, capture_output=True,
+                          text=True, env={**env, "ITERATIONS": "1", "VARIANTS": "agent-r", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "data stage" in done.stderr
+
+
+def test_train_device_cuda_needs_a_cuda_device_and_the_cpu_trainer(base_model, monkeypatch):
+    from agent_r.loop.train import check_trainer
+
+    env = {"TASK": "textcraft", "MODEL_DIR": base_model, "TRAIN_DEVICE": "cuda"}
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    with pytest.raises(UsageError, match="torch sees no CUDA device here"):
+        check_trainer(settings_for({**env, "TRAINER": "cpu"}, []))
+    with pytest.raises(UsageError, match="TRAINER=xtuner resolves to xtuner"):
+        check_trainer(settings_for({**env, "TRAINER": "xtuner"}, []))
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)   # the GPU machine (a double: none here)
+    assert check_trainer(settings_for({**env, "TRAINER": "cpu"}, [])) == "cpu"
