@@ -109,17 +109,24 @@ variants_at() {
   for v in ${VARIANT_LIST//,/ }; do [ "$(last_iteration "$v")" -lt "$1" ] || printf '%s,' "$v"; done
 }
 
-# $VARIANT_LIST, and every other variant of the run evaluated at each of its iterations up to $1
-with_evaluated() {
-  local list=$VARIANT_LIST v j
-  for v in $(ls "$ROOT/iter_1/eval" 2>/dev/null); do
+# The table after iteration $1, as "iterations variants depths" for iterate.py's ITERATIONS, VARIANTS and
+# VARIANT_ITERATIONS: each variant of $VARIANT_LIST through iteration $1 (its last, if earlier), and every
+# variant of the run through as many iterations as earlier commands evaluated (read back, never run), so
+# that a command of one variant keeps the rows of the others, later iterations too
+table_plan() {
+  local v j depth max=$1 list="" its=""
+  for v in ${VARIANT_LIST//,/ } $(ls "$ROOT/iter_1/eval" 2>/dev/null); do
     case ",$list," in *",$v,"*) continue ;; esac
-    for ((j = 1; j <= $1 && j <= $(last_iteration "$v"); j++)); do
-      [ -f "$ROOT/iter_$j/eval/$v/.done.json" ] || continue 2
-    done
-    list="$list,$v"
+    depth=0
+    while [ -f "$ROOT/iter_$((depth + 1))/eval/$v/.done.json" ]; do depth=$((depth + 1)); done
+    case ",$VARIANT_LIST," in *",$v,"*)
+      j=$(last_iteration "$v"); [ "$j" -le "$1" ] || j=$1; [ "$depth" -ge "$j" ] || depth=$j ;;
+    esac
+    [ "$depth" -gt 0 ] || continue
+    list="$list,$v" its="$its,$v=$depth"
+    [ "$depth" -le "$max" ] || max=$depth
   done
-  echo "$list"
+  echo "$max ${list#,} ${its#,}"
 }
 
 ROOT="$RUNS/$NAME"
@@ -271,7 +278,8 @@ for ((k = 1; k <= ITERATIONS; k++)); do
   for p in "${pids[@]+"${pids[@]}"}"; do wait "$p" || true; done
   # every variant together: finished stages are only read back; retries what failed. Variants
   # an earlier command evaluated (VARIANTS=agent-r, then VARIANTS=direct) join the table.
-  ITERATIONS=$k VARIANTS=$(with_evaluated "$k") "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
+  read -r n table_variants depths <<< "$(table_plan "$k")"
+  ITERATIONS=$n VARIANTS=$table_variants VARIANT_ITERATIONS=$depths "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
   copy_results "$k"
 done
 cat "$ROOT/results.md"

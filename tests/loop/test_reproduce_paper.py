@@ -153,12 +153,13 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
     assert one["train"]["trainer"] == "cpu" and one["test"]["textcraft"]["tasks"] == 2, (one["data"], one["train"])
 
     # another variant of iteration 1 on a machine of its own: the table it leaves (the run's and the
-    # committed copy) keeps good's row beside its own, and the base's eval alone does not replace it
+    # committed copy) keeps good's rows beside its own, its iteration 2 too, and the base's eval alone
+    # does not replace it
     fresh_machine(ITERATIONS="1", VARIANTS="direct")
     for results in (runs / "t" / "results.json", tmp_path / "results" / "results.json"):
         rows = {(r["iteration"], r["variant"]): r for r in json.loads(results.read_text())["rows"]}
-        assert set(rows) == {(0, "base"), (1, "good"), (1, "direct")}, results
-        assert same(rows[(1, "good")]) == same(one)
+        assert set(rows) == {(0, "base"), (1, "good"), (2, "good"), (1, "direct")}, results
+        assert same(rows[(1, "good")]) == same(one) and same(rows[(2, "good")]) == same(two)
     assert sorted(p.relative_to(bank) for p in bank.rglob("*") if p.is_file()) == sorted([
         Path(ARCHIVE), *(Path(f"pieces/t-i{k}-piece-0{j}-of-02/{ARCHIVE}") for k in (1, 2) for j in (1, 2))])
     restored = tmp_path / "restored"
