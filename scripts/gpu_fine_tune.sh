@@ -30,7 +30,7 @@ prepare)
   head -c $((48 * 1024 * 1024)) "$WHEEL" > .gpu1/whl.part0
   tail -c +$((48 * 1024 * 1024 + 1)) "$WHEEL" > .gpu2/whl.part1
   # what the GPU image lacks, as the dev box's versions (`pip download` needs PyPI)
-  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .gpu2/whl \
       gguf==0.19.0 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 peft==0.21.2
   base=models/smollm2-textcraft-base
