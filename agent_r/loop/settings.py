@@ -119,11 +119,14 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
         if not self.tasks:
             raise UsageError("TASK is empty: set it to textcraft, sciworld or webshop (or several, comma-separated)")
         self.task = ",".join(self.tasks)
-        self.variant_list = [v.strip() for v in self.variants.split(",") if v.strip()]
-        bad = [v for v in self.variant_list if v not in VARIANTS]
-        if bad or not self.variant_list:
+        listed = [v.strip() for v in self.variants.split(",") if v.strip()]
+        bad = [v for v in listed if v not in VARIANTS]
+        if bad or not listed:
             raise UsageError(f"VARIANTS={self.variants!r}: unknown variant {bad[0] if bad else '(none)'!r}; "
                              f"choose from {', '.join(VARIANTS)} (comma-separated)")
+        # one order whatever the command's: a run's table is rewritten by commands of
+        # different VARIANTS (one variant per machine) and its rows must not move
+        self.variant_list = [v for v in VARIANTS if v in listed]
         self.last_iteration = {v: self.iterations for v in self.variant_list}
         for item in filter(None, (x.strip() for x in self.variant_iterations.split(","))):
             variant, _, n = (x.strip() for x in item.partition("="))

@@ -164,6 +164,15 @@ def test_variant_iterations_stop_the_named_variants_early():
     assert manifest_config(s)["variant_iterations"] == "good=1, eto=2"
 
 
+def test_variants_run_and_tabulate_in_one_order_whatever_the_command_lists():
+    """reproduce_paper.sh rewrites a run's table from commands of different
+    VARIANTS (each variant's pieces on machines of their own); the rows keep
+    their places, and a variant listed twice runs once."""
+    s = parse(IterateSettings, [], {"VARIANTS": "eto,direct,agent-r,direct", "ITERATIONS": "1"})
+    s.finish()
+    assert s.variant_list == s.variants_at(1) == ["agent-r", "direct", "eto"]
+
+
 @pytest.mark.parametrize("value", ["good", "good=x", "best=1", "good=-1"])
 def test_a_bad_variant_iterations_is_one_clear_line(value):
     with pytest.raises(UsageError) as exc:
