@@ -14,8 +14,9 @@
 # call; there they are de-quantized (bit-identical to this machine's, checked tensor by tensor) and
 # the base adapter is merged to the same sha256 as models/smollm2-textcraft-base. Each variant trains
 # in its own process (they share the GPU), stopped after BUDGET seconds. Measured on an H100
-# (bench/RESULTS.md, "Fine-tunes on a lent H100"): the CPU trainer runs about 8.4 s per optimizer step
-# of 16 samples there, so good's 52 steps take about 7 min, eto's DPO 1.5 min.
+# (bench/RESULTS.md, "Fine-tunes on a lent H100"): the CPU trainer runs 8.4-9.5 s per optimizer step
+# of 16 samples there, so good's 52 steps took 493 s: run it alone with
+# BUDGET=540 and the call's timeout at 600; eto's DPO takes 1.5 min.
 # The repository's tracked files (over 64 MiB with the run's adapters) would not fit beside the payload:
 # `hide` untracks, for the two calls, those over 1 MB that the fine-tunes do not read; `unhide` undoes it.
 set -euo pipefail
@@ -43,7 +44,8 @@ Path('.gpu2/hashes.json').write_text(json.dumps(tensor_hashes(Path('models/smoll
   echo "payload: $(du -sh .gpu1 | cut -f1) + $(du -sh .gpu2 | cut -f1); the repository's files: $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) bytes"
   ;;
 hide)   # here, before the calls: the big tracked files the fine-tunes do not read stop travelling
-  keep="models/smollm2-textcraft-base-adapter/"
+  # the archive holds the training rows; it grew past 1 MB with iteration 2
+  keep="models/smollm2-textcraft-base-adapter/|reproduction/smollm2/bank/state.tar.gz"
   for v in ${VARIANTS//,/ }; do keep="$keep|reproduction/smollm2/bank/iter_$((ITERATIONS - 1))/model/$v/"; done
   git ls-files -z | xargs -0 du -b | awk '$1 > 1000000 {print $2}' | grep -Ev "^($keep)" > .git/gpu_hidden || true
   git rm -q --cached $(cat .git/gpu_hidden)
@@ -83,7 +85,7 @@ PY
   say "fine-tunes of iteration $ITERATIONS: $VARIANTS"
   for v in ${VARIANTS//,/ }; do
     (export TRAIN_ONLY=1 TRAIN_DEVICE=cuda VARIANTS=$v
-     timeout "${BUDGET:-480}" make -o smollm2-base -o setup-vllm PY=python3 reproduce-smollm2 > "$OUT/ft-$v.log" 2>&1
+     timeout "${BUDGET:-540}" make -o smollm2-base -o setup-vllm PY=python3 reproduce-smollm2 > "$OUT/ft-$v.log" 2>&1
      say "$v rc=$?") &
   done
   wait
