@@ -47,6 +47,11 @@ def parse_action(turn: str) -> str:
     return _LIST_NUMBER.sub("", action).strip()
 
 
+def has_action(turn: str) -> bool:
+    """Whether a model turn names its action with an ``Action:`` label."""
+    return _ACTION_LABEL.search(turn) is not None
+
+
 def clean_observation(observation: str) -> str:
     """Observations are stored on one line: newlines and tabs become spaces,
     and without surrounding whitespace (TextCraft's empty inventory is

@@ -303,7 +303,9 @@ def viewer_page(out_dir: str | Path, tree: str | Path) -> Path:
 #                                eto: its DPO pairs)
 #   iter_<k>/model/<variant>/    ``hf/`` (model_k), ``xtuner/`` with TRAINER=xtuner
 #   iter_<k>/eval/<variant>/     model_k's eval (eval.py's layout)
+#   iter_<k>/eval_wait_ok/<variant>/  the same with WAIT_REPLY=ok
 #   results.json, results.md, results.png, losses.png
+#   results_wait_ok.{json,md,png}     the table of the WAIT_REPLY=ok evals
 #
 # Every stage folder also gets a done-marker (agent_r/loop/stages.py).
 
@@ -316,10 +318,14 @@ CHECKPOINT_DIR = "checkpoint"   # inside a model folder: the CPU trainer's step 
 
 
 class Layout:
-    """The paths of one run."""
+    """The paths of one run. ``wait_reply`` picks the evals' folders: each
+    WAIT_REPLY has its own (``eval``, ``eval_wait_ok``) and its own results
+    table, so one run's models are scored under both replies side by side
+    and compared episode by episode."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, wait_reply: str = "env"):
         self.root = root
+        self.wait_reply = wait_reply
 
     def iteration(self, k: int) -> Path:
         return self.root / f"iter_{k}"
@@ -345,15 +351,18 @@ class Layout:
         """model_k's LoRA adapter (LORA_RANK): model_{k-1} plus it is model_k."""
         return self.model(k, variant) / ADAPTER_DIR
 
-    def eval(self, k: int, variant: str) -> Path:
-        return self.iteration(k) / "eval" / variant
+    def eval(self, k: int, variant: str, wait_reply: Optional[str] = None) -> Path:
+        """model_k's eval under ``wait_reply`` (default: the layout's)."""
+        return self.iteration(k) / f"eval{wait_reply_suffix(wait_reply or self.wait_reply)}" / variant
 
     def sampled_eval(self, k: int, variant: str) -> Path:
         """EVAL_SAMPLES' eval of model_k, beside the greedy one (its own done-marker)."""
         return self.eval(k, variant) / "sampled"
 
     def results(self, name: str) -> Path:
-        return self.root / name
+        """``results.json`` and the like; ``results_wait_ok.json`` with WAIT_REPLY=ok."""
+        stem, dot, ext = name.rpartition(".")
+        return self.root / f"{stem}{wait_reply_suffix(self.wait_reply)}{dot}{ext}"
 
     def shown(self, path: str | Path) -> str:
         """A path as results show it (``portable``): relative to the run when

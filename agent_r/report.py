@@ -17,7 +17,7 @@ from agent_r import conversation as conv
 from agent_r import passk, paths
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
-from agent_r.revision import revision_turns
+from agent_r.revision import is_revision_turn, model_turns, revision_turns
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
@@ -105,15 +105,45 @@ def _success(result: dict, max_score: float) -> bool:
     return float(result["env_score"]) >= max_score  # files written by the reference scripts
 
 
-def revision_turn_counts(results: list[dict], task: str) -> dict[str, int]:
+def revision_turn_counts(results: list[dict], task: str) -> dict[str, Any]:
     """Episodes with a revision turn of the model's own (agent_r.revision),
-    how many of them succeeded, the turns in all, and how many revision
-    ``wait`` turns the run answered itself (WAIT_REPLY=ok): what tells a run
-    of each WAIT_REPLY apart."""
+    how many of them succeeded and how many revised exactly once, the turns
+    in all, how many revision ``wait`` turns the run answered itself
+    (WAIT_REPLY=ok: what tells a run of each WAIT_REPLY apart), and what the
+    model's next turn after each revision turn does (``after``: ``goal_craft``,
+    ``get``, ``craft``, ``revision`` for another revision turn, ``end`` where
+    the episode ended; ``EnvSpec.action_kind``)."""
+    spec = get_env(task)
     counts = [revision_turns(r, task) for r in results]
+    after: dict[str, int] = {}
+    for result, n in zip(results, counts):
+        for kind in turns_after_revision(result, spec) if n else []:
+            after[kind] = after.get(kind, 0) + 1
     return {"episodes": sum(1 for n in counts if n),
             "succeeded": sum(1 for n, r in zip(counts, results) if n and r.get("success")),
-            "turns": sum(counts), "wait_replies": sum(int(r.get("wait_replies") or 0) for r in results)}
+            "once": sum(1 for n in counts if n == 1),
+            "turns": sum(counts), "wait_replies": sum(int(r.get("wait_replies") or 0) for r in results),
+            "after": dict(sorted(after.items()))}
+
+
+def turns_after_revision(result: dict, spec: EnvSpec) -> list[str]:
+    """The kind of the model turn after each of an episode's revision turns."""
+    state = result.get("state", [])
+    # the task's own observations (the instruction before them may hold an example's goal)
+    goal = spec.goal([m.get("content", "") for m in state[conv.HEAD_LEN - 1:] if m.get("role") == "user"])
+    turns = model_turns(result)
+    kinds = []
+    for i, turn in enumerate(turns):
+        if not is_revision_turn(turn, spec.name):
+            continue
+        if i + 1 == len(turns):
+            kinds.append("end")
+        elif is_revision_turn(turns[i + 1], spec.name):
+            kinds.append("revision")
+        else:
+            nxt = turns[i + 1]
+            kinds.append(spec.action_kind(conv.parse_action(nxt) if conv.has_action(nxt) else "", goal))
+    return kinds
 
 
 def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:

@@ -76,9 +76,12 @@ MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}
 # turn ~35 the 2048-token window slides every turn and each turn re-reads it uncached,
 # which made 100-turn evals most of the run (docs/iterate.md). EVAL_MAX_STEPS=100
 # REVISE_MAX_STEPS=50 restores the paper's limits.
-# WAIT_REPLY=ok (with another NAME) answers the revision turn's `wait` with the
-# training samples' `ok.` instead of the env's reply (docs/evaluation.md).
+# WAIT_REPLY=ok answers the revision turn's `wait` with the training samples' `ok.`
+# instead of the env's reply (docs/evaluation.md): the same run's models, evaluated
+# again into iter_<k>/eval_wait_ok/ with their own results_wait_ok.* table.
 export EVAL_TEMP=${EVAL_TEMP:-0} WAIT_REPLY=${WAIT_REPLY:-env}
+EVALS=eval RESULTS=results
+[ "$WAIT_REPLY" = env ] || EVALS=eval_wait_$WAIT_REPLY RESULTS=results_wait_$WAIT_REPLY
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-30}
 REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-30}
 CONCURRENCY=${CONCURRENCY:-32}
@@ -115,10 +118,10 @@ variants_at() {
 # that a command of one variant keeps the rows of the others, later iterations too
 table_plan() {
   local v j depth max=$1 list="" its=""
-  for v in ${VARIANT_LIST//,/ } $(ls "$ROOT/iter_1/eval" 2>/dev/null); do
+  for v in ${VARIANT_LIST//,/ } $(ls "$ROOT/iter_1/$EVALS" 2>/dev/null); do
     case ",$list," in *",$v,"*) continue ;; esac
     depth=0
-    while [ -f "$ROOT/iter_$((depth + 1))/eval/$v/.done.json" ]; do depth=$((depth + 1)); done
+    while [ -f "$ROOT/iter_$((depth + 1))/$EVALS/$v/.done.json" ]; do depth=$((depth + 1)); done
     case ",$VARIANT_LIST," in *",$v,"*)
       j=$(last_iteration "$v"); [ "$j" -le "$1" ] || j=$1; [ "$depth" -ge "$j" ] || depth=$j ;;
     esac
@@ -201,10 +204,10 @@ LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --sp
 copy_results() {
   local dst
   dst=$(cd "$REPRO_OUT" && pwd)
-  cp "$ROOT"/results.json "$ROOT"/results.md "$ROOT"/results.png "$SPLIT" "$dst"/
+  cp "$ROOT/$RESULTS".json "$ROOT/$RESULTS".md "$ROOT/$RESULTS".png "$SPLIT" "$dst"/
   [ -f "$ROOT"/losses.png ] && cp "$ROOT"/losses.png "$dst"/
   (cd "$ROOT" && find . -maxdepth 1 -name 'search_tasks_*.json' -exec cp {} "$dst"/ \; &&
-   find . -path '*/eval/*' -name summary.json -exec cp --parents {} "$dst"/ \;)
+   find . -path "*/$EVALS/*" -name summary.json -exec cp --parents {} "$dst"/ \;)
   echo "== results of iterations 0..$1 copied to $REPRO_OUT"
 }
 
@@ -282,4 +285,4 @@ for ((k = 1; k <= ITERATIONS; k++)); do
   ITERATIONS=$n VARIANTS=$table_variants VARIANT_ITERATIONS=$depths "$PY" "${LOOP[@]}" > "$LOGS/iter${k}_all.log" 2>&1
   copy_results "$k"
 done
-cat "$ROOT/results.md"
+cat "$ROOT/$RESULTS.md"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -85,6 +86,31 @@ class EnvSpec:
     max_depth: int               # default MAX_DEPTH: about the steps a solved episode needs
     alpha: float                 # default ALPHA: a good path's leaf must score above it
     beta: float                  # default BETA: a pair's score gap must exceed it
+    goal_pattern: str | None = None   # regex whose group 1 is the goal item in a task's observation
+
+    def goal(self, observations: list[str]) -> str | None:
+        """The item a task asks for, read from its first observation that
+        names one (None: this environment names none)."""
+        if self.goal_pattern is None:
+            return None
+        for text in observations:
+            found = re.search(self.goal_pattern, text)
+            if found:
+                return found.group(1).strip().lower()
+        return None
+
+    def action_kind(self, action: str, goal: str | None) -> str:
+        """What an action does, for counting what a model does after its
+        revision turn: its verb (``get``, ``craft``, ``inventory``...),
+        ``goal_craft`` for a craft of the task's goal item, ``none`` where
+        the turn has no action."""
+        words = action.strip().lower().split()
+        if not words:
+            return "none"
+        if goal and words[0] == "craft" and re.match(rf"craft\s+\d+\s+{re.escape(goal)}(\s+using\b|$)",
+                                                      " ".join(words)):
+            return "goal_craft"
+        return words[0]
 
     def make_client(self, env_server_base: str | None = None, instruction_file: str | None = None, **kwargs):
         return self.client_class(env_server_base=env_server_base or self.default_server, data_len=self.data_len,

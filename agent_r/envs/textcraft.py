@@ -18,5 +18,5 @@ TEXTCRAFT = EnvSpec(
         Split("project", test="textcraft_test.json", train="textcraft_train.json", servers=(AGENT_R,), tasks=GOALS,
               about="every 5th goal below 500 as test (100), the other 444 as train"),
     ),
-    max_score=1.0, max_depth=20, alpha=0.5, beta=0.5,
+    max_score=1.0, max_depth=20, alpha=0.5, beta=0.5, goal_pattern=r"Goal:\s*craft\s+([^.\n]+)",
 )

@@ -21,6 +21,7 @@ from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
 from agent_r.paths import BASE, RESULT_PREFIX, Layout
+from agent_r.loop.revise_task import revise_tasks_file
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
 from agent_r.loop.settings import IterateSettings
@@ -134,10 +135,25 @@ class Loop:
         return {"sampled": self.stage(k, variant, "sampled eval", folder,
                                       lambda: stages.sampled_eval_stage(self.settings, self.pool, folder, model))}
 
+    def revise_source(self) -> Optional[Path]:
+        """The folder of the revision task's rows: the base model's env eval
+        writes them from its failures, and every eval reads those rows under
+        either WAIT_REPLY (else the two could not be paired). None: this
+        run's base eval writes them (the env run, or an ok run whose env base
+        eval is missing)."""
+        s, env_base = self.settings, self.layout.eval(0, BASE, "env")
+        if s.wait_reply != "env" and all(revise_tasks_file(env_base, t).exists() for t in s.tasks):
+            return env_base
+        return None
+
     def base_row(self) -> dict:
         s, folder = self.settings, self.layout.eval(0, BASE)
+        source = self.revise_source()
+        if source is None and s.wait_reply != "env" and s.revise_limit != 0:
+            log.warning("WAIT_REPLY=%s: the base's env eval has no revision-task rows in %s, so the base's %s eval "
+                        "writes its own", s.wait_reply, self.layout.eval(0, BASE, "env"), s.wait_reply)
         stats = self.stage(0, BASE, "eval", folder,
-                           lambda: stages.eval_stage(s, self.pool, folder, self.base, None))
+                           lambda: stages.eval_stage(s, self.pool, folder, self.base, source))
         return self.finish_row({"iteration": 0, "variant": BASE, "model": self.layout.shown(self.base.model_dir),
                                 "started_from": None, **stats, **self.sampled(0, BASE, self.base)})
 
@@ -165,7 +181,7 @@ class Loop:
             return None
         model = self.model(k, variant)
         evals = self.stage(k, variant, "eval", lay.eval(k, variant), lambda: stages.eval_stage(
-            s, self.pool, lay.eval(k, variant), model, lay.eval(0, BASE)))
+            s, self.pool, lay.eval(k, variant), model, self.revise_source() or lay.eval(0, BASE)))
         return self.finish_row({"iteration": k, "variant": variant, "model": lay.shown(model.model_dir),
                                 "started_from": lay.shown(start if files else prev.model_dir), **evals,
                                 **self.sampled(k, variant, model),
@@ -283,19 +299,21 @@ def leave_out_taught_tasks(s: IterateSettings, base_dir: str, root: Path) -> dic
                 "task_list": s.search_split.get(t, s.split_file)} for t, got in plans.items()}
 
 
-def check_wait_reply(s: IterateSettings, layout: Layout) -> None:
-    """A run's evals all answer the revision ``wait`` one way: a rerun with
-    another WAIT_REPLY would skip the finished evals and mix both settings in
-    one results table, so it stops here instead. Evals finished before the
-    setting existed used the env's answer."""
+def check_wait_reply(layout: Layout) -> None:
+    """The ``eval`` folders hold the env-reply evals; WAIT_REPLY=ok has its
+    own (``eval_wait_ok``). A run evaluated with WAIT_REPLY=ok before the
+    folders were split holds ok-evals under ``eval``: reading them as env
+    evals would mix both settings in one table, so it stops here instead.
+    Evals finished before the setting existed used the env's answer."""
     for marker in sorted(layout.root.glob(f"iter_*/eval/*/{MARKER}")):
         try:
             used = read_json(marker)["stats"].get("wait_reply", "env")
         except (ValueError, OSError, KeyError, TypeError, AttributeError):
             continue   # unreadable: run_stage redoes that stage anyway
-        if used != s.wait_reply:
-            raise UsageError(f"run {layout.root} was evaluated with WAIT_REPLY={used} ({marker.parent}), not "
-                             f"{s.wait_reply}: rerun it with WAIT_REPLY={used}, or use another --name")
+        if used != "env":
+            raise UsageError(f"{marker.parent} holds an eval with WAIT_REPLY={used}, where env evals belong: move "
+                             f"iter_<k>/eval/ of run {layout.root} to iter_<k>/eval_wait_{used}/ (and results.* to "
+                             f"results_wait_{used}.*), then rerun")
 
 
 def stage_count(s: IterateSettings) -> int:
@@ -308,8 +326,8 @@ def stage_count(s: IterateSettings) -> int:
 def run(s: IterateSettings) -> LoopResult:
     """iterate.py's whole job; resumes a run of the same name."""
     base_dir, trainer = check_inputs(s)
-    layout = Layout(Path(s.runs_dir) / s.name)
-    check_wait_reply(s, layout)
+    layout = Layout(Path(s.runs_dir) / s.name, s.wait_reply)
+    check_wait_reply(layout)
     s.search_tasks = leave_out_taught_tasks(s, base_dir, layout.root)
     # one engine serves every stage: sized for the largest prompt budget (eval's by default)
     pool = ModelPool(s.seed, (s.max_token_length or EVAL_PROMPT_BUDGET) + s.max_new_tokens)

@@ -91,3 +91,43 @@ def test_compare_needs_a_known_task(tmp_path):
         report.compare([str(d)])
     with pytest.raises(UsageError, match="does not exist"):
         report.compare([str(tmp_path / "missing")], task="textcraft")
+
+
+# --------------------------------------------------------------------------- what follows a revision turn
+
+def episode(turns: list[str], replayed: int = 0, success: bool = False, goal: str = "dried kelp block") -> dict:
+    """An eval result of TextCraft whose instruction shows an example goal (another item)."""
+    state = [{"role": "system", "content": "s"},
+             {"role": "user", "content": "Example:\nGoal: craft oak planks.\n..."},
+             {"role": "assistant", "content": "Ok."},
+             {"role": "user", "content": f"Crafting commands:\ncraft 1 {goal} using 9 dried kelp\n\nGoal: craft {goal}."}]
+    for t in turns:
+        state += [{"role": "assistant", "content": t}, {"role": "user", "content": "obs"}]
+    return {"state": state, "replayed_steps": replayed, "success": success}
+
+
+def test_the_turn_after_each_revision_turn_is_classified_against_the_tasks_own_goal():
+    from agent_r.revision import REVISION_THOUGHTS
+    revise = f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait"
+    results = [
+        episode(["Action: get 1 kelp", revise, "Action: craft 1 dried kelp block using 9 dried kelp"], success=True),
+        episode([revise, "Action: get 9 dried kelp", revise, revise, "Action: craft 4 oak planks using 1 oak log",
+                 revise]),
+        episode(["Action: inventory", "Action: get 1 dried kelp"]),                  # never revises
+        episode([revise, "Thought: hmm, no action here"], replayed=0),
+        episode([revise, "Action: inventory"], replayed=1),   # the replayed revision turn is not the model's
+    ]
+    counts = report.revision_turn_counts(results, "textcraft")
+    assert counts["after"] == {"goal_craft": 1, "get": 1, "revision": 1, "craft": 1, "end": 1, "none": 1}
+    assert (counts["episodes"], counts["succeeded"], counts["once"], counts["turns"]) == (3, 1, 2, 6)
+
+
+def test_action_kinds_name_the_goal_craft_only_for_the_goal_item():
+    spec = get_env("textcraft")
+    assert spec.goal(["Crafting commands:\n...\n\nGoal: craft dried kelp block."]) == "dried kelp block"
+    assert spec.action_kind("craft 1 dried kelp block using 9 dried kelp", "dried kelp block") == "goal_craft"
+    assert spec.action_kind("craft 9 dried kelp using 9 kelp", "dried kelp block") == "craft"
+    assert spec.action_kind("craft 1 dried kelp block", "dried kelp block") == "goal_craft"
+    assert spec.action_kind("get 9 dried kelp", "dried kelp block") == "get"
+    assert spec.action_kind("  ", "dried kelp block") == "none"
+    assert get_env("webshop").goal(["Goal: craft x."]) is None     # no goal pattern: no goal craft anywhere

@@ -80,7 +80,8 @@ def test_ok_answers_the_revision_wait_with_the_training_reply(tmp_path, textcraf
     assert done.run_dir == paths.eval_dir(cfg) and done.run_dir.name == "scripted_eval_wait_ok"
     summary = json.loads((done.run_dir / "summary.json").read_text())
     assert summary["wait_reply"] == "ok" and summary["config"]["wait_reply"] == "ok"
-    assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "turns": 4, "wait_replies": 4}
+    assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "once": 0, "turns": 4, "wait_replies": 4,
+                                        "after": {"inventory": 4}}   # each wait: an inventory next
     manifest = json.loads((done.run_dir / "manifest.json").read_text())
     assert manifest["config"]["wait_reply"] == "ok"
 
@@ -97,7 +98,8 @@ def test_env_default_sends_the_wait_to_the_env_as_before(tmp_path, textcraft_ser
     assert done.run_dir.name == "scripted_eval"                     # the default folder keeps its name
     summary = json.loads((done.run_dir / "summary.json").read_text())
     assert summary["wait_reply"] == "env"
-    assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "turns": 4, "wait_replies": 0}
+    assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "once": 0, "turns": 4, "wait_replies": 0,
+                                        "after": {"inventory": 4}}   # each wait: an inventory next
 
 
 def test_both_settings_on_one_model_keep_their_own_folders(tmp_path, textcraft_server):
