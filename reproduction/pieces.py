@@ -11,8 +11,12 @@ small:
   (iterate.py with STOP_AFTER=data) within one session;
 * ``bank`` packs a run's finished small state into a committed archive: the
   done-markers, the data stages' training files, the evals' summaries and
-  task files, never trees, per-tree caches, per-episode files or weights;
-  ``restore`` unpacks it into a fresh runs/ folder;
+  task files, never trees, per-tree caches or weights; each eval's episode
+  files go to an archive of their own under ``episodes/`` (written once,
+  the same bytes after), so every transcript and per-episode count the docs
+  quote can be checked against a committed file, and an eval cut by its
+  machine's end goes on from its banked episodes; ``restore`` unpacks it
+  all into a fresh runs/ folder;
 * ``merge`` joins the pieces' data into the whole run's iteration: the search
   and data done-markers with their statistics summed, each variant's rows
   joined in piece order and exported again as the data stage exports them.
@@ -43,7 +47,6 @@ import argparse
 import gzip
 import io
 import logging
-import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,7 @@ MARKER = ".done.json"   # agent_r/loop/stages.py's done-marker
 BANKED_STAGES = ("search", "data", "train", "eval")
 MARKER_ONLY = ("search", "train")   # their trees and weights stay behind
 ARCHIVE = "state.tar.gz"   # a bank folder's archive (adapters lie beside it)
+EPISODES = "episodes"      # under a bank: <eval run folder, relative to the run>.tar.gz, one per eval run
 LIMIT_MB = 100              # the most a run's committed folder may hold
 
 
@@ -130,6 +134,19 @@ def checkpoint_files(run: Path) -> list[Path]:
     return out
 
 
+def episode_runs(run: Path) -> list[Path]:
+    """The eval run folders (eval.py's, under any ``iter_<k>/eval*/``) that
+    hold episode files, relative to ``run``: finished or not, so a long eval
+    goes on from what its last machine banked."""
+    shared = _shared(run)
+    folders = {p.parent for p in run.glob(f"iter_*/eval*/**/{RESULT_PREFIX}*.json")}
+    return sorted(f.relative_to(run) for f in folders if f.relative_to(run).parts[0] not in shared)
+
+
+def episode_archive(dest: Path, rel: Path) -> Path:
+    return dest / EPISODES / f"{rel.as_posix()}.tar.gz"
+
+
 def _shared(run: Path) -> set[str]:
     """A piece of a later iteration links the whole run's earlier iterations: they are the run's to bank."""
     return {p.name for p in run.glob("iter_*") if p.is_symlink()}
@@ -147,8 +164,15 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
         raise UsageError(f"run folder {run} does not exist")
     files, loose = banked_files(run), adapter_files(run) + checkpoint_files(run)
     stale = [p for p in dest.glob(f"iter_*/model/*/{CHECKPOINT_DIR}/*") if p.relative_to(dest) not in loose]
+    episodes = {episode_archive(dest, rel): packed(sorted((p.name, p.read_bytes())
+                                                           for p in (run / rel).glob(f"{RESULT_PREFIX}*.json")))
+                for rel in episode_runs(run)}
     check_size(dest, limit_root or dest, limit_mb, [(p, 0) for p in stale] +
-               [(dest / rel, (run / rel).stat().st_size) for rel in loose])
+               [(dest / rel, (run / rel).stat().st_size) for rel in loose] +
+               [(path, len(data)) for path, data in episodes.items()])
+    for path, data in episodes.items():
+        if not path.exists() or path.read_bytes() != data:
+            atomic_write_bytes(path, data)
     for rel in loose:
         if not (dest / rel).exists() or (dest / rel).read_bytes() != (run / rel).read_bytes():
             atomic_write_bytes(dest / rel, (run / rel).read_bytes())
@@ -157,7 +181,7 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
         if not any(path.parent.iterdir()):
             path.parent.rmdir()
     pack([(rel.as_posix(), (run / rel).read_bytes()) for rel in files], dest)
-    return len(files) + len(loose)
+    return len(files) + len(loose) + len(episodes)
 
 
 def check_size(dest: Path, root: Path, limit_mb: float, incoming: list[tuple[Path, int]]) -> None:
@@ -172,28 +196,27 @@ def check_size(dest: Path, root: Path, limit_mb: float, incoming: list[tuple[Pat
                              "elsewhere, or raise --limit_mb")
 
 
-def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
-    """``dest/state.tar.gz`` holding ``members`` (name, bytes) in name order,
-    with no times or owners: the same members give the same bytes."""
-    dest.mkdir(parents=True, exist_ok=True)
-    part = dest / f"{ARCHIVE}.part"
-    with open(part, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, \
+def packed(members: list[tuple[str, bytes]]) -> bytes:
+    """A tar.gz of ``members`` (name, bytes) in name order, with no times or
+    owners: the same members give the same bytes."""
+    raw = io.BytesIO()
+    with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as zipped, \
             tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name, data in sorted(members):
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
-    os.replace(part, dest / ARCHIVE)
+    return raw.getvalue()
 
 
-def restore(src: Path, run: Path) -> int:
-    """Unpacks a bank into a run folder (the archive, then the loose adapter
-    and step checkpoint files), never over a file the run already has;
-    returns how many."""
-    archive = src / ARCHIVE
-    if not archive.exists():   # a run's first session: nothing banked yet
-        log.info("no bank at %s yet: nothing to restore", archive)
-        return 0
+def pack(members: list[tuple[str, bytes]], dest: Path) -> None:
+    """``dest/state.tar.gz`` holding ``members``, written atomically."""
+    dest.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(dest / ARCHIVE, packed(members))
+
+
+def unpack(archive: Path, into: Path) -> int:
+    """An archive's files into ``into``, never over a file already there; how many."""
     copied = 0
     try:
         with tarfile.open(archive, "r:gz") as tar:
@@ -201,7 +224,7 @@ def restore(src: Path, run: Path) -> int:
                 rel = Path(member.name)
                 if not member.isfile() or rel.is_absolute() or ".." in rel.parts:
                     raise tarfile.TarError(f"unexpected member {member.name!r}")
-                target = run / rel
+                target = into / rel
                 if target.exists():
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +233,21 @@ def restore(src: Path, run: Path) -> int:
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise UsageError(f"bank {archive} is unreadable ({exc}): restore it from git (git checkout -- {archive}) "
                          "or delete it to start that run over") from None
+    return copied
+
+
+def restore(src: Path, run: Path) -> int:
+    """Unpacks a bank into a run folder (the archive, the evals' episode
+    archives, then the loose adapter and step checkpoint files), never over
+    a file the run already has; returns how many."""
+    archive = src / ARCHIVE
+    if not archive.exists():   # a run's first session: nothing banked yet
+        log.info("no bank at %s yet: nothing to restore", archive)
+        return 0
+    copied = unpack(archive, run)
+    for path in sorted((src / EPISODES).rglob("*.tar.gz")):
+        rel = path.relative_to(src / EPISODES).as_posix()[:-len(".tar.gz")]
+        copied += unpack(path, run / rel)
     for path in sorted(src.glob(f"iter_*/model/*/{ADAPTER_DIR}/*")):
         target = run / path.relative_to(src)
         if path.is_file() and not target.exists():

@@ -110,7 +110,36 @@ def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_an
     banked = archived(bank)
     assert Path("iter_1/eval/good/.done.json") in banked
     assert [p for p in banked if p.parts[:2] == ("iter_1", "model")] == [Path("iter_1/model/good/.done.json")]
-    assert not [p for p in banked if p.name.startswith("search_results_")]   # no episode file of any eval
+    assert not [p for p in banked if p.name.startswith("search_results_")]   # no episode file in the state
+    # ... but every eval's episodes in an archive of their own, restored where they were, the same bytes again
+    episodes = {p.relative_to(fresh / "merged") for p in (fresh / "merged").rglob("search_results_*.json")
+                if "eval" in p.parts[-5]}
+    archives = sorted(p.relative_to(bank / pieces.EPISODES) for p in (bank / pieces.EPISODES).rglob("*.tar.gz"))
+    assert {str(a)[:-len(".tar.gz")] for a in archives} == {str(e.parent) for e in episodes}
+    assert any(a.parts[:2] == ("iter_1", "eval") for a in archives)
+    again = tmp_path / "again"
+    pieces.restore(bank, again / "merged")
+    assert {p.relative_to(again / "merged") for p in (again / "merged").rglob("search_results_*.json")} == episodes
+    for rel in episodes:
+        assert (again / "merged" / rel).read_bytes() == (fresh / "merged" / rel).read_bytes()
+    before = {a: (bank / pieces.EPISODES / a).read_bytes() for a in archives}
+    pieces.bank(again / "merged", bank)
+    assert {a: (bank / pieces.EPISODES / a).read_bytes() for a in archives} == before
+
+
+def test_an_unfinished_evals_episodes_are_banked_so_the_next_machine_goes_on(tmp_path):
+    run_dir = tmp_path / "run"
+    folder = run_dir / "iter_2" / "eval_wait_ok" / "agent-r" / "textcraft" / "agent-r-iter2_test_wait_ok"
+    folder.mkdir(parents=True)
+    (folder / "search_results_5.json").write_text('{"success": true}')   # no done-marker: still running
+    bank = tmp_path / "bank"
+    pieces.bank(run_dir, bank)
+    (folder / "search_results_5.json").write_text('{"success": false}')   # a run's own file is never overwritten
+    assert pieces.restore(bank, run_dir) == 0
+    fresh = tmp_path / "fresh"
+    pieces.restore(bank, fresh)
+    got = fresh / folder.relative_to(run_dir) / "search_results_5.json"
+    assert got.read_text() == '{"success": true}'
 
 
 def archived(bank: Path) -> list[Path]:
