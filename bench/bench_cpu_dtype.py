@@ -27,16 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from agent_r.llm.gguf_wheel import SMOLLM2_DIR  # noqa: E402
+from agent_r.llm.gguf_wheel import SMOLLM2_DIR
 
 
 def prompts(count: int, first: int) -> list[list[dict]]:
