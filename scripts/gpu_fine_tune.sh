@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The SmolLM2 run's fine-tunes on a lent GPU machine that reaches no network and takes at most
+# The SmolLM2 run's fine-tunes on a GPU machine that reaches no network and takes at most
 # 64 MiB of files a call (the repository's tracked files included): `make reproduce-smollm2` with
 # TRAIN_ONLY=1 TRAIN_DEVICE=cuda there, its model folders (.done.json + adapter/) brought back.
 #
@@ -14,7 +14,7 @@
 # call; there they are de-quantized (bit-identical to this machine's, checked tensor by tensor) and
 # the base adapter is merged to the same sha256 as models/smollm2-textcraft-base. Each variant trains
 # in its own process (they share the GPU), stopped after BUDGET seconds. Measured on an H100
-# (bench/RESULTS.md, "Fine-tunes on a lent H100"): the CPU trainer runs 8.4-9.5 s per optimizer step
+# (bench/RESULTS.md, "Fine-tunes on an H100"): the CPU trainer runs 8.4-9.5 s per optimizer step
 # of 16 samples there, so good's 52 steps took 493 s: run it alone with
 # BUDGET=540 and the call's timeout at 600; eto's DPO takes 1.5 min.
 # The repository's tracked files (over 64 MiB with the run's adapters) would not fit beside the payload:

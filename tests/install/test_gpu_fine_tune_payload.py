@@ -1,4 +1,4 @@
-"""scripts/gpu_fine_tune.sh's `hide` keeps the lent machine's 64 MiB a call by
+"""scripts/gpu_fine_tune.sh's `hide` keeps a GPU machine's 64 MiB a call by
 untracking the big files the fine-tunes do not read; what they do read (the
 base adapter, model_{k-1}'s adapter, the bank's archive with the training rows)
 must still travel, and `unhide` must give the index back as it was."""
