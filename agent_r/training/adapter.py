@@ -133,6 +133,7 @@ def save_adapter(peft_model: Any, adapter_dir: Path, record: dict) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     state = {k: v.to(torch.bfloat16) for k, v in _adapter_state(peft_model).items()}
     peft_model.save_pretrained(str(tmp), state_dict=state)
+    (tmp / "README.md").unlink(missing_ok=True)   # peft's template model card: nothing reads it, and it is committed
     config = json.loads((tmp / "adapter_config.json").read_text(encoding="utf-8"))
     (tmp / "adapter_config.json").write_text(json.dumps(portable_paths(config), indent=2, sort_keys=True) + "\n",
                                              encoding="utf-8")

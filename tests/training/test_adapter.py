@@ -32,6 +32,9 @@ def test_a_lora_run_writes_an_adapter_that_rebuilds_the_trained_model(tmp_path):
     # rank 8 on q, k, v, o (128 -> 128) and gate, up, down (128 <-> 256) of 2 layers: A and B of each
     assert stats["trainable_parameters"] == 2 * 8 * (4 * (128 + 128) + 3 * (128 + 256))
     adapter = tmp_path / "adapter"
+    # what the rebuild reads and nothing else (no model card: the adapter is committed)
+    assert sorted(p.name for p in adapter.iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+                                                         "adapter_record.json"]
     assert (adapter / "adapter_model.safetensors").stat().st_size < 0.2 * (Path(base) / "model.safetensors").stat().st_size
     record = json.loads((adapter / "adapter_record.json").read_text())
     assert record["lora"]["rank"] == 8 and record[CHECKSUM] == file_sha256(tmp_path / "tuned" / "model.safetensors")
