@@ -39,7 +39,7 @@ from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, Sh
                            resolved_model_name, seed_setting)
 from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend,
                          weights_sha256)
-from agent_r.manifest import write_manifest
+from agent_r.manifest import load_manifest, write_manifest
 from agent_r.report import summarize_dir
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, manifest_config, nested, setting, validate
@@ -327,12 +327,56 @@ def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend
         summary["backend_stats"] = used.stats.as_dict()
     elif backend is not None and planned.todo:      # episodes ran but none reached the model
         summary["backend_stats"] = BackendStats().as_dict()
-    sha = weights_sha256(settings.backend.model_dir) if used is not None else None
+    sha = weights_sha256(settings.backend.model_dir)
     if sha:
         summary["model_sha256"] = sha
+    if used is None:   # a resumed run with nothing left: what earlier invocations recorded stays
+        summary = {**_recorded(run_dir, settings), **summary}
     summary = paths.portable_paths(summary, root)
+    _complete_manifest(run_dir, settings, {t.key for t in planned.tasks})
     atomic_write_json(paths.summary_file(run_dir), summary)
     return summary
+
+
+def _recorded(run_dir: Path, settings: EvalSettings) -> dict[str, Any]:
+    """The backend an earlier invocation of this run folder used: from its
+    summary, else from the manifest it wrote (a run killed before its
+    summary)."""
+    out: dict[str, Any] = {}
+    for path, keys in ((paths.manifest_file(run_dir, manifest_name(settings.shard)), ("backend",)),
+                       (paths.summary_file(run_dir), ("backend", "backend_stats"))):
+        try:
+            old = read_json(path) if path.exists() else {}
+        except ValueError:
+            continue
+        out.update({k: old[k] for k in keys if isinstance(old, dict) and old.get(k) is not None})
+    return out
+
+
+def _complete_manifest(run_dir: Path, settings: EvalSettings, keys: set[str]) -> None:
+    """Every episode file of this run's ``keys`` (a shard's own) has its item
+    in the manifest: an invocation killed after an episode ended but before
+    its manifest was written leaves one out, read back from the episode file
+    (``recovered``)."""
+    path = paths.manifest_file(run_dir, manifest_name(settings.shard))
+    manifest = load_manifest(path)
+    if not manifest:
+        return
+    items = manifest.get("items") if isinstance(manifest.get("items"), dict) else {}
+    missing = {}
+    for file in paths.result_files(run_dir):
+        key = file.stem[len(paths.RESULT_PREFIX):]
+        if key in items or key not in keys:
+            continue
+        try:
+            result = read_json(file)
+        except ValueError:
+            continue
+        missing[key] = {"env_score": result.get("env_score"), "step_num": result.get("step_num"),
+                        "ended_by": result.get("ended_by"), "recovered": True}
+    if missing:
+        manifest["items"] = dict(sorted({**items, **missing}.items(), key=lambda kv: (len(kv[0]), kv[0])))
+        atomic_write_json(path, manifest, indent=2)
 
 
 def run(settings: EvalSettings) -> EvalRun:

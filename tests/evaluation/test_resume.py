@@ -13,6 +13,8 @@ import pytest
 from agent_r import evaluation as ev
 from agent_r import paths, report
 from agent_r.envs import get_env
+from agent_r.io import file_sha256
+from agent_r.knobs import BackendSettings
 from tests.support.doubles import ScriptedBackend
 from tests.support.eval_runs import config, model_turns, read_results, run_eval, split_file
 
@@ -226,3 +228,31 @@ def test_the_model_loads_only_when_an_episode_remains_and_after_the_server_answe
     assert unreachable.returncode == 2 and len(lines) == 1 and "127.0.0.1" in lines[0] and "policy" not in lines[0]
     more = run_eval(["--env_server_base", textcraft_server, "--limit", "3", *args], env=broken)
     assert more.returncode == 2 and more.stderr.strip().splitlines()[-1].startswith("error: policy table")
+
+
+def test_a_resumed_run_with_nothing_left_keeps_the_backend_and_names_the_weights(tmp_path, textcraft_server):
+    """A run killed after its last episode ended (its summary unwritten, the
+    manifest missing that episode) resumes with no model: the summary still
+    says which backend played and which weights, the manifest lists every
+    episode (the missing one read back from its file)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    split = split_file(tmp_path, [0, 1, 2])
+    cfg = config(tmp_path, textcraft_server, split, max_steps=2,
+                 backend=BackendSettings(model_name="scripted", model_dir=str(model)))
+    first = ev.evaluate(cfg, ScriptedBackend(lambda m, i, s: "Action: inventory")).summary
+    run_dir = paths.eval_dir(cfg)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    del manifest["items"]["1"]                                   # the kill came before the manifest was written
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    (run_dir / "summary.json").unlink()
+
+    resumed = ev.evaluate(cfg, None)
+    assert resumed.ran == 0
+    assert resumed.summary["backend"] == first["backend"] == ScriptedBackend(lambda m, i, s: "").describe()
+    assert resumed.summary["model_sha256"] == first["model_sha256"] == file_sha256(model / "model.safetensors")
+    items = json.loads((run_dir / "manifest.json").read_text())["items"]
+    assert sorted(items) == ["0", "1", "2"]
+    assert items["1"] == {"env_score": 0.0, "step_num": 2, "ended_by": "step_limit", "recovered": True}
+    assert "recovered" not in items["0"]
