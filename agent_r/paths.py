@@ -304,8 +304,9 @@ def viewer_page(out_dir: str | Path, tree: str | Path) -> Path:
 #   iter_<k>/model/<variant>/    ``hf/`` (model_k), ``xtuner/`` with TRAINER=xtuner
 #   iter_<k>/eval/<variant>/     model_k's eval (eval.py's layout)
 #   iter_<k>/eval_wait_ok/<variant>/  the same with WAIT_REPLY=ok
+#   iter_<k>/eval_<tag>[_wait_ok]/    the same with EVAL_TAG=<tag>
 #   results.json, results.md, results.png, losses.png
-#   results_wait_ok.{json,md,png}     the table of the WAIT_REPLY=ok evals
+#   results[_<tag>][_wait_ok].{json,md,png}   the table of those evals
 #
 # Every stage folder also gets a done-marker (agent_r/loop/stages.py).
 
@@ -323,9 +324,14 @@ class Layout:
     table, so one run's models are scored under both replies side by side
     and compared episode by episode."""
 
-    def __init__(self, root: Path, wait_reply: str = "env"):
+    def __init__(self, root: Path, wait_reply: str = "env", tag: str = ""):
         self.root = root
         self.wait_reply = wait_reply
+        self.tag = tag   # EVAL_TAG: evals made under other conditions (another dtype, machine), kept apart
+
+    def eval_suffix(self, wait_reply: Optional[str] = None, tag: Optional[str] = None) -> str:
+        tag = self.tag if tag is None else tag
+        return (f"_{tag}" if tag else "") + wait_reply_suffix(wait_reply or self.wait_reply)
 
     def iteration(self, k: int) -> Path:
         return self.root / f"iter_{k}"
@@ -351,18 +357,19 @@ class Layout:
         """model_k's LoRA adapter (LORA_RANK): model_{k-1} plus it is model_k."""
         return self.model(k, variant) / ADAPTER_DIR
 
-    def eval(self, k: int, variant: str, wait_reply: Optional[str] = None) -> Path:
-        """model_k's eval under ``wait_reply`` (default: the layout's)."""
-        return self.iteration(k) / f"eval{wait_reply_suffix(wait_reply or self.wait_reply)}" / variant
+    def eval(self, k: int, variant: str, wait_reply: Optional[str] = None, tag: Optional[str] = None) -> Path:
+        """model_k's eval under ``wait_reply`` and ``tag`` (default: the layout's)."""
+        return self.iteration(k) / f"eval{self.eval_suffix(wait_reply, tag)}" / variant
 
     def sampled_eval(self, k: int, variant: str) -> Path:
         """EVAL_SAMPLES' eval of model_k, beside the greedy one (its own done-marker)."""
         return self.eval(k, variant) / "sampled"
 
     def results(self, name: str) -> Path:
-        """``results.json`` and the like; ``results_wait_ok.json`` with WAIT_REPLY=ok."""
+        """``results.json`` and the like; ``results_wait_ok.json`` with WAIT_REPLY=ok,
+        ``results_<tag>.json`` with EVAL_TAG."""
         stem, dot, ext = name.rpartition(".")
-        return self.root / f"{stem}{wait_reply_suffix(self.wait_reply)}{dot}{ext}"
+        return self.root / f"{stem}{self.eval_suffix()}{dot}{ext}"
 
     def shown(self, path: str | Path) -> str:
         """A path as results show it (``portable``): relative to the run when

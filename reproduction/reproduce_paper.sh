@@ -80,8 +80,12 @@ MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-60}
 # instead of the env's reply (docs/evaluation.md): the same run's models, evaluated
 # again into iter_<k>/eval_wait_ok/ with their own results_wait_ok.* table.
 export EVAL_TEMP=${EVAL_TEMP:-0} WAIT_REPLY=${WAIT_REPLY:-env}
-EVALS=eval RESULTS=results
-[ "$WAIT_REPLY" = env ] || EVALS=eval_wait_$WAIT_REPLY RESULTS=results_wait_$WAIT_REPLY
+# EVAL_TAG=<tag>: evals under other conditions (another dtype or machine) in iter_<k>/eval_<tag>/,
+# with results_<tag>.* (docs/iterate.md); the searches, data and fine-tunes are the run's own
+export EVAL_TAG=${EVAL_TAG:-}
+suffix=${EVAL_TAG:+_$EVAL_TAG}
+[ "$WAIT_REPLY" = env ] || suffix=${suffix}_wait_$WAIT_REPLY
+EVALS=eval$suffix RESULTS=results$suffix
 EVAL_MAX_STEPS=${EVAL_MAX_STEPS:-30}
 REVISE_MAX_STEPS=${REVISE_MAX_STEPS:-30}
 CONCURRENCY=${CONCURRENCY:-32}

@@ -211,5 +211,5 @@ def write_results(s: IterateSettings, layout: Layout, rows: list[dict], trainer:
         "search_tasks": getattr(s, "search_tasks", {}), "rows": with_comparisons(rows)}, layout.root))
     atomic_write_text(layout.results(RESULTS_MD), markdown(s, rows))
     write_plot(s, rows, layout.results(RESULTS_PNG))
-    if layout.wait_reply == "env":   # the fine-tunes are the same under either reply: one loss plot
+    if not layout.eval_suffix():   # the fine-tunes are the same whatever the evals: one loss plot
         write_loss_plot(rows, layout.results(LOSSES_PNG))

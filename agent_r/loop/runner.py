@@ -141,17 +141,17 @@ class Loop:
         either WAIT_REPLY (else the two could not be paired). None: this
         run's base eval writes them (the env run, or an ok run whose env base
         eval is missing)."""
-        s, env_base = self.settings, self.layout.eval(0, BASE, "env")
-        if s.wait_reply != "env" and all(revise_tasks_file(env_base, t).exists() for t in s.tasks):
+        s, env_base = self.settings, self.layout.eval(0, BASE, "env", "")
+        if (s.wait_reply != "env" or s.eval_tag) and all(revise_tasks_file(env_base, t).exists() for t in s.tasks):
             return env_base
         return None
 
     def base_row(self) -> dict:
         s, folder = self.settings, self.layout.eval(0, BASE)
         source = self.revise_source()
-        if source is None and s.wait_reply != "env" and s.revise_limit != 0:
-            log.warning("WAIT_REPLY=%s: the base's env eval has no revision-task rows in %s, so the base's %s eval "
-                        "writes its own", s.wait_reply, self.layout.eval(0, BASE, "env"), s.wait_reply)
+        if source is None and (s.wait_reply != "env" or s.eval_tag) and s.revise_limit != 0:
+            log.warning("the run's base eval has no revision-task rows in %s, so this base eval (%s) writes its own",
+                        self.layout.eval(0, BASE, "env", ""), folder)
         stats = self.stage(0, BASE, "eval", folder,
                            lambda: stages.eval_stage(s, self.pool, folder, self.base, source))
         return self.finish_row({"iteration": 0, "variant": BASE, "model": self.layout.shown(self.base.model_dir),
@@ -326,7 +326,7 @@ def stage_count(s: IterateSettings) -> int:
 def run(s: IterateSettings) -> LoopResult:
     """iterate.py's whole job; resumes a run of the same name."""
     base_dir, trainer = check_inputs(s)
-    layout = Layout(Path(s.runs_dir) / s.name, s.wait_reply)
+    layout = Layout(Path(s.runs_dir) / s.name, s.wait_reply, s.eval_tag)
     check_wait_reply(layout)
     s.search_tasks = leave_out_taught_tasks(s, base_dir, layout.root)
     # one engine serves every stage: sized for the largest prompt budget (eval's by default)

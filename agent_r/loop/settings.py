@@ -7,6 +7,7 @@ EPOCHS may hold one value per iteration (a comma list, agent_r.settings.Schedule
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -99,6 +100,10 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
                                           "all, the paper's)")
     revise_max_steps: int = setting(50, minimum=1, help="model turns per revision-task episode after the cut "
                                     "(default 50, the paper's)")
+    eval_tag: str = setting("", env="EVAL_TAG", help="a label for evals made under other conditions than the "
+                            "run's own (another dtype, machine or backend): they go to iter_<k>/eval_<tag>/ with a "
+                            "results_<tag>.* table of their own, searches, data and fine-tunes are shared, and the "
+                            "revision task keeps the untagged base eval's rows; letters, digits, - (default none)")
     # every stage
     max_new_tokens: int = max_new_tokens_setting()
     concurrency: int = setting(8, minimum=1, help="trees searched / episodes played at once (default 8)")
@@ -138,6 +143,9 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
         if self.eval_samples > 1 and self.eval_sample_temperature == 0:
             raise UsageError(f"EVAL_SAMPLES={self.eval_samples} samples episodes, but EVAL_SAMPLE_TEMP=0 is greedy "
                              "and would play the same episode each time: set EVAL_SAMPLE_TEMP > 0 (default 1.0)")
+        if not re.fullmatch(r"[A-Za-z0-9-]*", self.eval_tag):
+            raise UsageError(f"EVAL_TAG={self.eval_tag!r} names a folder (iter_<k>/eval_<tag>): use letters, digits "
+                             "and -, e.g. fp32")
         if self.split_file is not None and len(self.tasks) > 1:
             raise UsageError(f"--split_file lists the tasks of one environment, but TASK={self.task!r} names "
                              f"{len(self.tasks)}: run without it, or one TASK")

@@ -104,3 +104,27 @@ def test_a_run_whose_eval_folder_holds_ok_evals_stops_with_the_move_to_make(base
     with pytest.raises(UsageError, match="holds an eval with WAIT_REPLY=ok.*move iter_<k>/eval/ .* to "
                                          "iter_<k>/eval_wait_ok/"):
         run(settings_for({**env, "WAIT_REPLY": "env"}, flags))
+
+
+def test_tagged_evals_keep_their_own_folders_and_table_and_the_runs_revision_rows(base_model, textcraft_server,
+                                                                                 tmp_path):
+    """EVAL_TAG: the same run's models scored again under other conditions
+    (another dtype or machine) never mix with the run's own evals."""
+    env = {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "0", "BACKEND": WAIT_DOUBLE}
+    flags = FLAGS + ["--runs_dir", str(tmp_path), "--name", "w", "--env_server_base", textcraft_server]
+    own = run(settings_for(env, flags))
+    rows = tmp_path / "w" / "iter_0" / "eval" / "base" / "revise_tasks_textcraft.jsonl"
+    rows.write_text(rows.read_text().splitlines()[0] + "\n")            # one row: the tagged evals must read it
+    for reply in ("env", "ok"):
+        tagged = run(settings_for({**env, "EVAL_TAG": "fp32", "WAIT_REPLY": reply}, flags))
+        assert tagged.exit_code == 0
+        suffix = "_fp32" + ("_wait_ok" if reply == "ok" else "")
+        folder = tmp_path / "w" / "iter_0" / f"eval{suffix}" / "base"
+        assert not (folder / "revise_tasks_textcraft.jsonl").exists()
+        revise = next((folder / "textcraft").glob("*_revise*"))
+        assert json.loads((revise / "summary.json").read_text())["tasks"] == 1
+        assert (tmp_path / "w" / f"results{suffix}.json").exists()
+    assert json.loads((tmp_path / "w" / "results.json").read_text())["rows"] == json.loads(
+        json.dumps(own.rows))                                            # the run's own table untouched
+    with pytest.raises(UsageError, match="EVAL_TAG='a/b' names a folder"):
+        run(settings_for({**env, "EVAL_TAG": "a/b"}, flags))
