@@ -32,7 +32,8 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
     """Flag > env var > default. TASK takes several environments,
     comma-separated; MAX_TOKEN_LENGTH unset leaves each stage its own budget
     (search and verifier 4096, eval 7000); WAIT_REPLY reaches every eval (the
-    test split and the revision task) and is one per run."""
+    test split and the revision task), and each value (and each EVAL_TAG) has
+    its own eval folders and table in the run."""
 
     name: str = setting("run", help="the run's folder under --runs_dir; a rerun with the same name resumes "
                         "(default run)")
