@@ -28,7 +28,7 @@ from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stages import MARKER, StageIncomplete, finished, run_stage, search_settings
 from agent_r.loop.train import check_trainer, train_stage
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError
-from agent_r.training.adapter import ADAPTER_RECORD, CHECKSUM, apply_adapter
+from agent_r.training.adapter import ADAPTER_RECORD, CHECKSUM, Lora, apply_adapter, lora_record
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,43 @@ def leave_out_taught_tasks(s: IterateSettings, base_dir: str, root: Path) -> dic
                 "task_list": s.search_split.get(t, s.split_file)} for t, got in plans.items()}
 
 
+def fine_tune_settings(s: IterateSettings) -> Optional[dict]:
+    """What an adapter record says of this run's LORA_RANK (None: full fine-tunes)."""
+    return lora_record(Lora(rank=s.lora_rank, alpha=2 * s.lora_rank))["lora"] if s.lora_rank else None
+
+
+def redo_other_fine_tunes(s: IterateSettings, layout: Layout) -> None:
+    """A rerun with another LORA_RANK (or a full fine-tune where adapters
+    were trained) fine-tunes again, not the old model reused: from the first
+    iteration of each variant whose finished fine-tune was made otherwise,
+    its fine-tunes and evals are redone, and the later iterations' searches
+    and data too (they were made by the old models)."""
+    want = fine_tune_settings(s)
+    for variant in s.variant_list:
+        for k in range(1, s.last_iteration[variant] + 1):
+            if finished(layout.model(k, variant), "train") is None:
+                continue
+            record = layout.adapter(k, variant) / ADAPTER_RECORD
+            try:
+                have = read_json(record).get("lora") if record.exists() else None
+            except (OSError, ValueError, AttributeError):
+                have = None
+            if have == want:
+                continue
+            log.warning("model_%d of %s was fine-tuned with %s, this run asks %s: fine-tuning it again, and "
+                        "redoing what later iterations of %s built on it", k, variant,
+                        f"LoRA {have}" if have else "a full fine-tune", f"LoRA {want}" if want else "a full one",
+                        variant)
+            for j in range(k, s.last_iteration[variant] + 1):
+                stale = [layout.model(j, variant), *layout.iteration(j).glob(f"eval*/{variant}")]
+                if j > k:
+                    stale += [layout.trees(j, variant), layout.data(j, variant)]
+                for folder in stale:
+                    (folder / MARKER).unlink(missing_ok=True)
+                shutil.rmtree(layout.hf(j, variant), ignore_errors=True)
+            break
+
+
 def check_wait_reply(layout: Layout) -> None:
     """The ``eval`` folders hold the env-reply evals; WAIT_REPLY=ok has its
     own (``eval_wait_ok``). A run evaluated with WAIT_REPLY=ok before the
@@ -328,6 +365,7 @@ def run(s: IterateSettings) -> LoopResult:
     base_dir, trainer = check_inputs(s)
     layout = Layout(Path(s.runs_dir) / s.name, s.wait_reply, s.eval_tag)
     check_wait_reply(layout)
+    redo_other_fine_tunes(s, layout)
     s.search_tasks = leave_out_taught_tasks(s, base_dir, layout.root)
     # one engine serves every stage: sized for the largest prompt budget (eval's by default)
     pool = ModelPool(s.seed, (s.max_token_length or EVAL_PROMPT_BUDGET) + s.max_new_tokens)

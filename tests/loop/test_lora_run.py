@@ -198,3 +198,70 @@ def test_train_device_cuda_needs_a_cuda_device_and_the_cpu_trainer(base_model, m
         check_trainer(settings_for({**env, "TRAINER": "xtuner"}, []))
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)   # the GPU machine (a double: none here)
     assert check_trainer(settings_for({**env, "TRAINER": "cpu"}, [])) == "cpu"
+
+
+class Retrained(BaseException):
+    """The gate: the loop reached a fine-tune (no need to let it run)."""
+
+
+def restored(lora_run, name: str) -> Path:
+    tmp, _, _, _ = lora_run
+    pieces.bank(tmp / "first" / "lora", tmp / f"bank_{name}")
+    run_dir = tmp / name / "lora"
+    pieces.restore(tmp / f"bank_{name}", run_dir)
+    return run_dir
+
+
+def test_a_rebuild_that_misses_its_recorded_sha256_is_discarded_and_fine_tuned_again(lora_run, monkeypatch):
+    tmp, env, flags, _ = lora_run
+    second = restored(lora_run, "tampered")
+    record = second / "iter_1" / "model" / "agent-r" / "adapter" / ADAPTER_RECORD
+    record.write_text(json.dumps({**read_json(record), CHECKSUM: "0" * 64}))
+    (second / "iter_1" / "eval" / "agent-r" / ".done.json").unlink()    # model_1 is needed again
+    calls = []
+
+    def fine_tune(start, files, out, *args, **kwargs):
+        calls.append(out)
+        raise Retrained
+
+    monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", fine_tune)
+    with pytest.raises(Retrained):
+        run(settings_for({**env, "ITERATIONS": "1", "VARIANTS": "agent-r"},
+                         flags + ["--runs_dir", str(tmp / "tampered")]))
+    model = second / "iter_1" / "model" / "agent-r"
+    assert calls == [str(model / "hf")]
+    assert not (model / "hf").exists() and not (model / ".done.json").exists()   # the wrong weights are gone
+
+
+@pytest.mark.parametrize("rank", ["8", "0"])
+def test_a_rerun_with_another_lora_rank_fine_tunes_again(lora_run, monkeypatch, rank):
+    """Not the old model reused: the fine-tune is redone (and what later
+    iterations built on the old model); LORA_RANK 0 asks a full fine-tune."""
+    tmp, env, flags, _ = lora_run
+    name = f"rank{rank}"
+    second = restored(lora_run, name)
+    calls = []
+
+    def fine_tune(start, files, out, *args, lora=None, **kwargs):
+        calls.append((out, lora.rank if lora else 0))
+        raise Retrained
+
+    monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", fine_tune)
+    with pytest.raises(Retrained):
+        run(settings_for({**env, "LORA_RANK": rank, "VARIANTS": "agent-r"}, flags + ["--runs_dir", str(tmp / name)]))
+    assert calls == [(str(second / "iter_1" / "model" / "agent-r" / "hf"), int(rank))]
+    for stage in ("trees", "data", "model", "eval"):   # iteration 2 was built on the old model_1: redone too
+        assert not (second / "iter_2" / stage / "agent-r" / ".done.json").exists(), stage
+    assert (second / "iter_1" / "trees" / "base" / ".done.json").exists()     # the base's search stays
+
+
+def test_a_rerun_with_the_same_rank_reuses_every_fine_tune(lora_run, monkeypatch):
+    tmp, env, flags, _ = lora_run
+    restored(lora_run, "same")
+
+    def fine_tune(*args, **kwargs):
+        raise AssertionError("a finished fine-tune of the same settings was redone")
+
+    monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", fine_tune)
+    monkeypatch.setattr("agent_r.loop.trl_stages.eto.train_dpo", fine_tune)
+    assert run(settings_for(env, flags + ["--runs_dir", str(tmp / "same")])).exit_code == 0
