@@ -1,0 +1,89 @@
+"""What reproduction/pieces.py's docs promise of the bank, each held by a
+test that fails when it breaks (synthetic run folders: no model needed)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agent_r.settings import UsageError
+from reproduction import pieces
+from tests.loop.conftest import ROOT
+
+MODEL = Path("iter_1") / "model" / "agent-r"
+
+
+def trained(run: Path, rel: Path = MODEL, weights: bytes = b"w" * 4096) -> Path:
+    """A finished LoRA fine-tune: its marker and adapter files."""
+    folder = run / rel
+    (folder / "adapter").mkdir(parents=True)
+    (folder / ".done.json").write_text(json.dumps({"stage": "train", "stats": {}, "seconds": 1}))
+    (folder / "adapter" / "adapter_model.safetensors").write_bytes(weights)
+    (folder / "adapter" / "adapter_record.json").write_text("{}")
+    return folder
+
+
+def test_rebanking_the_same_files_does_not_count_them_twice(tmp_path):
+    trained(tmp_path / "run", weights=b"w" * 600_000)
+    limit = 0.9   # MB: room for the adapter once, not twice
+    pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=limit)
+    pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=limit)      # the same bytes again: still fits
+    with pytest.raises(UsageError, match="past its 0.9 MB limit"):
+        trained(tmp_path / "run", MODEL.parent / "direct", weights=b"v" * 600_000)
+        pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=limit)
+
+
+def test_the_documented_100_mb_limit_is_the_default():
+    assert pieces.LIMIT_MB == 100
+    assert "(100 MB)" in pieces.__doc__
+    done = subprocess.run([sys.executable, "-m", "reproduction.pieces", "bank", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, check=True)
+    assert "(default 100)" in " ".join(done.stdout.split())
+
+
+def test_a_loose_file_whose_bytes_changed_is_banked_again(tmp_path):
+    folder = trained(tmp_path / "run")
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    (folder / "adapter" / "adapter_model.safetensors").write_bytes(b"retrained" * 100)
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    assert (tmp_path / "bank" / MODEL / "adapter" / "adapter_model.safetensors").read_bytes() == b"retrained" * 100
+
+
+def test_restore_never_writes_over_a_runs_own_adapter(tmp_path):
+    trained(tmp_path / "run")
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    own = trained(tmp_path / "other", weights=b"mine")
+    pieces.restore(tmp_path / "bank", tmp_path / "other")
+    assert (own / "adapter" / "adapter_model.safetensors").read_bytes() == b"mine"
+
+
+def test_a_piece_of_a_later_iteration_banks_nothing_of_the_iterations_it_links(tmp_path):
+    whole = tmp_path / "whole"
+    trained(whole)
+    (whole / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test").mkdir(parents=True)
+    (whole / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test" / "search_results_3.json").write_text("{}")
+    piece = tmp_path / "piece"
+    piece.mkdir()
+    (piece / "iter_1").symlink_to(whole / "iter_1")                    # as reproduce_paper.sh links them
+    pieces.bank(piece, tmp_path / "bank")
+    banked = [p.relative_to(tmp_path / "bank") for p in (tmp_path / "bank").rglob("*") if p.is_file()]
+    assert banked == [Path(pieces.ARCHIVE)]
+    with tarfile.open(tmp_path / "bank" / pieces.ARCHIVE) as tar:
+        assert tar.getnames() == []
+
+
+@pytest.mark.parametrize("adapter, banked", [(True, True), (False, False)])
+def test_only_a_lora_fine_tunes_step_checkpoint_is_banked(tmp_path, adapter, banked):
+    """A full fine-tune's checkpoint (the whole model and its optimizer) is never banked."""
+    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+
+    folder = tmp_path / "run" / MODEL / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": adapter}))
+    (folder / OPTIMIZER).write_bytes(b"o" * 100)
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    assert (tmp_path / "bank" / MODEL / "checkpoint" / OPTIMIZER).exists() == banked
