@@ -327,12 +327,13 @@ def redo_other_fine_tunes(s: IterateSettings, layout: Layout) -> None:
                         f"LoRA {have}" if have else "a full fine-tune", f"LoRA {want}" if want else "a full one",
                         variant)
             for j in range(k, s.last_iteration[variant] + 1):
-                stale = [layout.model(j, variant), *layout.iteration(j).glob(f"eval*/{variant}")]
+                # the whole model folder: a TRL run there (eto's DPO) would refuse its other settings
+                shutil.rmtree(layout.model(j, variant), ignore_errors=True)
+                stale = [*layout.iteration(j).glob(f"eval*/{variant}")]
                 if j > k:
                     stale += [layout.trees(j, variant), layout.data(j, variant)]
                 for folder in stale:
                     (folder / MARKER).unlink(missing_ok=True)
-                shutil.rmtree(layout.hf(j, variant), ignore_errors=True)
             break
 
 

@@ -293,6 +293,9 @@ def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
     from transformers import AutoModelForCausalLM
 
     cfg.check()
+    if lora is not None and ref_model_dir not in (None, model_dir):
+        raise UsageError("a LoRA DPO run's reference is its start model with the adapter off: leave out "
+                         "--ref_model_dir, or train without LoRA")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     out = Path(out_dir)
@@ -303,9 +306,6 @@ def prepare_dpo(model_dir: str, pairs_file: str, out_dir: str, cfg: EtoConfig,
         raise UsageError(f"{pairs_file}: no pair keeps a scored token within MAX_LENGTH={cfg.max_length}")
     dataset = Dataset.from_list(encoded)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    if lora is not None and ref_model_dir not in (None, model_dir):
-        raise UsageError("a LoRA DPO run's reference is its start model with the adapter off: leave out "
-                         "--ref_model_dir, or train without LoRA")
     ref = None if lora is not None else AutoModelForCausalLM.from_pretrained(ref_model_dir or model_dir,
                                                                              dtype=torch.float32)
     collator_cls, trainer_cls = turn_masked_classes()

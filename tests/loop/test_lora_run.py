@@ -265,3 +265,21 @@ def test_a_rerun_with_the_same_rank_reuses_every_fine_tune(lora_run, monkeypatch
     monkeypatch.setattr("agent_r.loop.train.cpu.fine_tune", fine_tune)
     monkeypatch.setattr("agent_r.loop.trl_stages.eto.train_dpo", fine_tune)
     assert run(settings_for(env, flags + ["--runs_dir", str(tmp / "same")])).exit_code == 0
+
+
+def test_etos_dpo_at_iteration_2_starts_from_and_refers_to_model_1(lora_run, monkeypatch):
+    """ETO beyond iteration 1: model_2 is model_1 after DPO against model_1 itself."""
+    tmp, env, flags, _ = lora_run
+    second = restored(lora_run, "eto2")
+    calls = []
+
+    def train_dpo(model_dir, pairs_file, out_dir, cfg, ref_model_dir=None, lora=None):
+        calls.append((model_dir, ref_model_dir, lora.rank if lora else 0))
+        raise Retrained
+
+    monkeypatch.setattr("agent_r.loop.trl_stages.eto.train_dpo", train_dpo)
+    with pytest.raises(Retrained):
+        run(settings_for({**env, "VARIANTS": "eto", "VARIANT_ITERATIONS": ""},
+                         flags + ["--runs_dir", str(tmp / "eto2")]))
+    model_1 = str(second / "iter_1" / "model" / "eto" / "hf")
+    assert calls == [(model_1, model_1, 4)]

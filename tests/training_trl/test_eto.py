@@ -177,3 +177,18 @@ def test_a_lora_dpo_trains_an_adapter_against_its_start_model(trees, tiny_model_
     assert record[CHECKSUM] == sha != before
     assert apply_adapter(tiny_model_dir, out / "adapter", tmp_path / "rebuilt") == sha
     assert (out / "adapter" / "adapter_model.safetensors").stat().st_size < (out / "hf" / "model.safetensors").stat().st_size
+    # the finished run is this one's only: other LoRA settings in its folder are refused, not reused
+    with pytest.raises(UsageError, match="holds a run with other settings"):
+        eto.train_dpo(tiny_model_dir, str(pairs), str(out), quick_dpo(lr=1e-2, epochs=3), lora=Lora(rank=8, alpha=16))
+
+
+def test_a_lora_dpo_refuses_another_reference_model(trees, tiny_model_dir, tmp_path):
+    from agent_r.training.adapter import Lora
+
+    pairs = tmp_path / "pairs.json"
+    pairs.write_text(json.dumps(eto.eto_pairs([str(trees)], 1.0, max_pairs_per_tree=0)))
+    with pytest.raises(UsageError, match="reference is its start model"):
+        eto.train_dpo(tiny_model_dir, str(pairs), str(tmp_path / "dpo"), quick_dpo(lr=1e-2, epochs=1),
+                      ref_model_dir=str(tmp_path / "another"), lora=Lora(rank=4, alpha=8))
+    assert eto.train_dpo(tiny_model_dir, str(pairs), str(tmp_path / "same"), quick_dpo(lr=1e-2, epochs=1),
+                         ref_model_dir=tiny_model_dir, lora=Lora(rank=4, alpha=8))["steps"] > 0
