@@ -85,9 +85,17 @@ def portable_paths(value: Any, root: str | Path | None = None) -> Any:
         return {k: portable_paths(v, root) for k, v in value.items()}
     if isinstance(value, list):
         return [portable_paths(v, root) for v in value]
-    if isinstance(value, str) and value.startswith(("/", "~")) and "\n" not in value:
+    if isinstance(value, str) and _path_list(value):
         return ",".join(portable(part, root) if part.startswith(("/", "~")) else part for part in value.split(","))
     return value
+
+
+def _path_list(value: str) -> bool:
+    """An absolute path, or a comma-separated list of paths one of which is
+    absolute (none holding whitespace: a sentence is not a list of paths)."""
+    if value.startswith(("/", "~")) and "\n" not in value:
+        return True
+    return any(p.startswith(("/", "~")) for p in value.split(",")) and not any(c.isspace() for c in value)
 
 
 # --------------------------------------------------------------------------- names
