@@ -15,7 +15,7 @@ from agent_r.envs import get_env
 from agent_r.knobs import (DEFAULT_TASK, BackendSettings, EvalSamples, PairKnobs, PromptBudget, SearchKnobs,
                            TaskChoice, WaitReply, max_new_tokens_setting)
 from agent_r.settings import UsageError, at_iteration, nested, setting
-from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs
+from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs, check_warmup
 
 VARIANTS = ("agent-r", "direct", "good", "eto")
 # ALPHA unset: the paper's 0.5, 0.7, 1.0 in iterations 1, 2, 3 (and later), as
@@ -144,6 +144,7 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples):
         if self.eval_samples > 1 and self.eval_sample_temperature == 0:
             raise UsageError(f"EVAL_SAMPLES={self.eval_samples} samples episodes, but EVAL_SAMPLE_TEMP=0 is greedy "
                              "and would play the same episode each time: set EVAL_SAMPLE_TEMP > 0 (default 1.0)")
+        check_warmup(self.train)   # before any stage: the fine-tunes come hours later
         if not re.fullmatch(r"[A-Za-z0-9-]*", self.eval_tag):
             raise UsageError(f"EVAL_TAG={self.eval_tag!r} names a folder (iter_<k>/eval_<tag>): use letters, digits "
                              "and -, e.g. fp32")

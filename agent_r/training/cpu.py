@@ -56,7 +56,7 @@ from agent_r.training.adapter import lora_record, save_merged
 from agent_r.training.checkpoint import StepCheckpoint, inputs_key
 from agent_r.training.data import training_records
 from agent_r.training.saving import save_model
-from agent_r.training.settings import TrainKnobs
+from agent_r.training.settings import TrainKnobs, check_warmup
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +281,7 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_warmup(knobs)
     started = time.time()
     torch.manual_seed(seed)
     if threads:

@@ -63,8 +63,8 @@ from agent_r.settings import UsageError, nested, parse, run_cli, setting
 from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.training.adapter import lora_record
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
-from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs
-from agent_r.training.trl_shared import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs,
+from agent_r.training.settings import EtoKnobs, StepKnobs, TrainSeed, TrlKnobs, check_warmup
+from agent_r.training.trl_shared import (checkpointing_kwargs, load_tokenizer, quiet_logs,
                                          tensorboard_dir, threads_setting)
 from agent_r.tree import Node, leaf_paths, load_tree
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent_r.knobs import BUNDLED_MODEL_DIR, DEFAULT_MAX_TOKEN_LENGTH, ModelDir
 from agent_r.settings import IntSchedule, UsageError, parse, setting
@@ -63,6 +64,14 @@ class StepKnobs(SequenceLength):
                                        help="the gradient accumulation steps (default 16)")
     warmup_ratio: float = setting(0.03, env="WARMUP_RATIO", flag=None, minimum=0.0,
                                   help="the fraction of training spent warming up, 0 = none (default 0.03)")
+
+
+def check_warmup(knobs: Any) -> None:
+    """WARMUP_RATIO must be below 1, for every trainer: at 1 the whole run
+    warms up and the cosine decay never starts (TRL refuses it outright)."""
+    if knobs.warmup_ratio >= 1:
+        raise UsageError(f"WARMUP_RATIO={knobs.warmup_ratio} must be below 1: it is the fraction of the steps "
+                         "spent warming up (the paper's is 0.03)")
 
 
 @dataclass

@@ -55,8 +55,8 @@ from agent_r.settings import UsageError, nested, parse, run_cli, setting
 from agent_r.training.cpu import examples
 from agent_r.training.data import training_records
 from agent_r.training.resume import Run, cuda, is_main_process, precision, run_key, train_once
-from agent_r.training.settings import TrainKnobs, TrainSeed, TrlKnobs
-from agent_r.training.trl_shared import (check_warmup, checkpointing_kwargs, load_tokenizer, quiet_logs,
+from agent_r.training.settings import TrainKnobs, TrainSeed, TrlKnobs, check_warmup
+from agent_r.training.trl_shared import (checkpointing_kwargs, load_tokenizer, quiet_logs,
                                          tensorboard_dir, threads_setting)
 
 log = logging.getLogger(__name__)

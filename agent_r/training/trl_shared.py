@@ -21,12 +21,6 @@ def threads_setting() -> Any:
     return setting(0, minimum=0, help="torch CPU threads per process, 0 = torch's default (default 0)")
 
 
-def check_warmup(cfg: Any) -> None:
-    if cfg.warmup_ratio >= 1:
-        raise UsageError(f"WARMUP_RATIO={cfg.warmup_ratio} must be below 1: it is the fraction of the steps "
-                         "spent warming up")
-
-
 def load_tokenizer(model_dir: str) -> Any:
     from transformers import AutoTokenizer
 

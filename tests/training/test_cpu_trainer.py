@@ -113,3 +113,22 @@ def test_general_data_is_mixed_at_eta_as_xtuners_config_mixes_it(tmp_path, tiny_
     # Arrow adds "loss": null to messages without it; drop it to compare
     assert [{"messages": [{k: v for k, v in m.items() if v is not None} for m in r["messages"]]} for r in xtuner] \
         == ours
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.5])
+def test_a_warm_up_of_the_whole_run_is_refused_by_every_trainer_and_the_loop(tmp_path, tiny_model_dir, ratio):
+    """The decision: WARMUP_RATIO >= 1 is refused (the cosine decay would never
+    start), by the CPU trainer, the TRL trainers and the loop before any stage."""
+    from agent_r.loop import IterateSettings
+    from agent_r.settings import UsageError, parse
+    from agent_r.training import cpu
+    from agent_r.training.settings import check_warmup
+
+    knobs = TrainKnobs(max_length=128, epochs=1, lr=1e-3, batch_size=1, accumulative_counts=1, warmup_ratio=ratio)
+    with pytest.raises(UsageError, match="must be below 1"):
+        cpu.fine_tune(tiny_model_dir, [str(tmp_path / "none.json")], str(tmp_path / "out"), knobs)
+    with pytest.raises(UsageError, match="must be below 1"):
+        parse(IterateSettings, [], {"TASK": "textcraft", "WARMUP_RATIO": str(ratio)})
+    with pytest.raises(UsageError, match="must be below 1"):
+        check_warmup(knobs)
+    check_warmup(dataclasses.replace(knobs, warmup_ratio=0.99))   # just below is a warm-up, allowed
