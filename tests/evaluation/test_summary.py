@@ -111,7 +111,7 @@ def test_the_turn_after_each_revision_turn_is_classified_against_the_tasks_own_g
     revise = f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait"
     results = [
         episode(["Action: get 1 kelp", revise, "Action: craft 1 dried kelp block using 9 dried kelp"], success=True),
-        episode([revise, "Action: get 9 dried kelp", revise, revise, "Action: craft 4 oak planks using 1 oak log",
+        episode([revise, "Action: get 9 dried kelp", revise, revise, "Action: craft 9 dried kelp using 9 kelp",
                  revise]),
         episode(["Action: inventory", "Action: get 1 dried kelp"]),                  # never revises
         episode([revise, "Thought: hmm, no action here"], replayed=0),
@@ -130,4 +130,5 @@ def test_action_kinds_name_the_goal_craft_only_for_the_goal_item():
     assert spec.action_kind("craft 1 dried kelp block", "dried kelp block") == "goal_craft"
     assert spec.action_kind("get 9 dried kelp", "dried kelp block") == "get"
     assert spec.action_kind("  ", "dried kelp block") == "none"
+    assert spec.action_kind("craft 1 dried kelp block", None) == "craft"      # no goal known: no goal craft
     assert get_env("webshop").goal(["Goal: craft x."]) is None     # no goal pattern: no goal craft anywhere
