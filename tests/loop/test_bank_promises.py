@@ -87,3 +87,15 @@ def test_only_a_lora_fine_tunes_step_checkpoint_is_banked(tmp_path, adapter, ban
     (folder / OPTIMIZER).write_bytes(b"o" * 100)
     pieces.bank(tmp_path / "run", tmp_path / "bank")
     assert (tmp_path / "bank" / MODEL / "checkpoint" / OPTIMIZER).exists() == banked
+
+
+def test_an_evals_episode_archive_grows_with_its_eval(tmp_path):
+    folder = tmp_path / "run" / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test"
+    folder.mkdir(parents=True)
+    (folder / "search_results_1.json").write_text("{}")
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    (folder / "search_results_2.json").write_text("{}")               # the eval went on
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    archive = pieces.episode_archive(tmp_path / "bank", folder.relative_to(tmp_path / "run"))
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["search_results_1.json", "search_results_2.json"]
