@@ -15,6 +15,7 @@ from typing import Any
 
 from agent_r import conversation as conv
 from agent_r import passk, paths
+from agent_r.paired import paired
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
 from agent_r.revision import is_revision_turn, model_turns, revision_turns
@@ -167,8 +168,10 @@ def run_labels(summaries: list[dict[str, Any]]) -> list[str]:
     return [Path(s["run_dir"]).name for s in summaries]
 
 
-def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = None) -> str:
-    """Runs side by side, one column each (iteration 0 vs 1 vs 2)."""
+def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = None,
+                 extra: list[tuple[str, list[str]]] | None = None) -> str:
+    """Runs side by side, one column each (iteration 0 vs 1 vs 2); ``extra``
+    rows go last."""
     labels = labels or run_labels(summaries)
     rows: list[tuple[str, list[str]]] = [
         ("task", [s["task"] for s in summaries]),
@@ -184,7 +187,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
         cells = [f"{100 * s['loops'][str(k)]['fraction']:.1f} / {s['loops'][str(k)]['count']}" for s in summaries]
         rows.append((f"loop k={k} % eps / count", cells))
     rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
-    rows += _pass_rows(summaries)
+    rows += _pass_rows(summaries) + (extra or [])
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
 
@@ -240,6 +243,36 @@ def compare_summaries(run_dirs: list[str], task: str | None = None) -> list[dict
     return [summarize_dir(d, env_of_run(d, task)) for d in run_dirs]
 
 
+def outcomes(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, int]:
+    """Each episode's success (1/0) by its result file's key: what pairs two
+    runs of the same tasks (two replies, two dtypes, two models)."""
+    out = {}
+    for path in paths.result_files(run_dir):
+        try:
+            result = read_json(path)
+        except ValueError:
+            continue
+        if isinstance(result, dict) and "env_score" in result:
+            out[path.stem[len(paths.RESULT_PREFIX):]] = int(_success(result, spec.max_score))
+    return out
+
+
+def _paired_rows(run_dirs: list[str], summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Each run against the first, episode by episode on the keys both hold:
+    gained / lost and McNemar's exact p (greedy runs; a sampled run pairs
+    by Pass@k above instead)."""
+    if len(run_dirs) < 2 or any("per_task" in s for s in summaries):
+        return []
+    specs = [get_env(s["task"]) for s in summaries]
+    first = outcomes(run_dirs[0], specs[0])
+    cells = ["-"]
+    for run_dir, spec in zip(run_dirs[1:], specs[1:]):
+        got = paired(first, outcomes(run_dir, spec))
+        cells.append(f"{got['gained']} / {got['lost']} (p {got['p_value']:.3g}) of {got['tasks']}" if got else "-")
+    return [("vs first: gained / lost (p)", cells)]
+
+
 def compare(run_dirs: list[str], task: str | None = None) -> str:
     """The table of several finished runs; runs nothing."""
-    return format_table(compare_summaries(run_dirs, task))
+    summaries = compare_summaries(run_dirs, task)
+    return format_table(summaries, extra=_paired_rows(run_dirs, summaries))

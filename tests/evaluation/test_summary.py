@@ -82,6 +82,9 @@ def test_summary_and_compare_read_every_file(tmp_path, capsys):
     assert lines["score x100"][-2:] == ["33.33", "66.67"]
     assert lines["tasks"][-2:] == ["3", "3"]
     assert "iter0_eval" in table.splitlines()[0] and "iter1_eval" in table.splitlines()[0]
+    # episode by episode against the first run: tasks 0 and 1 gained, task 2 lost, McNemar p = 1
+    paired = [line for line in table.splitlines() if line.startswith("vs first")]
+    assert len(paired) == 1 and paired[0].endswith("-  2 / 1 (p 1) of 3")
 
 
 def test_compare_needs_a_known_task(tmp_path):

@@ -15,7 +15,8 @@ from agent_r.conversation import initial_conversation
 from agent_r.io import atomic_write_json
 from agent_r.loop.results import markdown, with_comparisons
 from agent_r.loop.settings import IterateSettings
-from agent_r.loop.stats import comparisons, episode_stats, is_revision_turn, mcnemar_exact, paired, revision_turns
+from agent_r.loop.stats import comparisons, episode_stats, is_revision_turn, revision_turns
+from agent_r.paired import mcnemar_exact, paired
 from agent_r.paths import result_file
 from agent_r.revision import REVISION_THOUGHTS
 from agent_r.settings import parse
@@ -91,7 +92,8 @@ def test_episode_stats_reads_outcomes_and_revision_turns_from_result_files(tmp_p
     (result_file(tmp_path, "5")).write_text("{not json")   # unreadable: left out
     got = episode_stats(tmp_path, ["1", "2", "3", "4", "5", "6"])
     assert got == {"outcomes": {"1": 1, "2": 0, "3": 1, "4": 0},
-                   "revision_turns": {"episodes": 2, "succeeded": 1, "turns": 2}}
+                   "revision_turns": {"episodes": 2, "succeeded": 1, "once": 2, "turns": 2, "wait_replies": 0,
+                                      "after": {"get": 2}}}                 # the summaries' counts
 
 
 def row(k: int, variant: str, test: dict[str, int], revise: dict[str, int] | None = None) -> dict:
