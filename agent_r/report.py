@@ -187,6 +187,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
         cells = [f"{100 * s['loops'][str(k)]['fraction']:.1f} / {s['loops'][str(k)]['count']}" for s in summaries]
         rows.append((f"loop k={k} % eps / count", cells))
     rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
+    rows.append(("next turn after one", [_after_cell(s) for s in summaries]))
     rows += _pass_rows(summaries) + (extra or [])
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
@@ -217,6 +218,12 @@ def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 def _revision_cell(summary: dict[str, Any]) -> str:
     got = summary.get("revision_turns")
     return f"{got['episodes']} ({got['succeeded']})" if got else "-"
+
+
+def _after_cell(summary: dict[str, Any]) -> str:
+    """What the turns after revision turns do, most frequent first: "goal_craft 5, get 2"."""
+    after = (summary.get("revision_turns") or {}).get("after") or {}
+    return ", ".join(f"{k} {n}" for k, n in sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
 
 
 def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:

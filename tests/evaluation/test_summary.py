@@ -135,3 +135,17 @@ def test_action_kinds_name_the_goal_craft_only_for_the_goal_item():
     assert spec.action_kind("  ", "dried kelp block") == "none"
     assert spec.action_kind("craft 1 dried kelp block", None) == "craft"      # no goal known: no goal craft
     assert get_env("webshop").goal(["Goal: craft x."]) is None     # no goal pattern: no goal craft anywhere
+
+
+def test_the_compare_table_says_what_follows_the_revision_turns_most_frequent_first():
+    results = [episode([REVISE_TURN, "Action: get 1 kelp", REVISE_TURN, "Action: craft 1 dried kelp block using 9 "
+                        "dried kelp", REVISE_TURN, "Action: craft 1 dried kelp block"])]
+    summary = {"task": "textcraft", "tasks": 1, "score_x100": 0.0, "success_rate": 0.0, "mean_steps": 6.0,
+               "step_limit": 1, "disaster": 0, "failed": 0,
+               "loops": {str(k): {"episodes": 0, "fraction": 0.0, "count": 0} for k in report.LOOP_LENGTHS},
+               "revision_turns": report.revision_turn_counts(results, "textcraft"), "run_dir": "r"}
+    rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary]).splitlines()}
+    assert rows["next turn after one"].endswith("goal_craft 2, get 1")
+
+
+REVISE_TURN = "Thought: I made a mistake somewhere in the previous steps. I will change my plan.\nAction: wait"
