@@ -49,20 +49,28 @@ def save(fig: Any, path: str | os.PathLike, numbers: Any, legend: Any = None) ->
     return path
 
 
-def iteration_lines(panels: dict[str, dict[str, list[tuple[int, float]]]], iterations: int,
+def iteration_lines(panels: dict[str, dict[str, list[tuple]]], iterations: int,
                     path: str | os.PathLike, labels: Optional[dict[str, str]] = None) -> Path:
     """One panel per task (and the average): test success % against the
     self-training iteration, one line per variant, labelled ``labels[variant]``
-    (e.g. with its training settings) where given."""
+    (e.g. with its training settings) where given. A point ``(x, y, low,
+    high)`` carries its 95% interval, drawn as an error bar; each variant's
+    bars sit a little apart so that tied points keep theirs visible."""
     plt = _pyplot()
     labels = labels or {}
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
     for ax, (title, lines) in zip(axes[0], panels.items()):
         for i, (name, points) in enumerate(lines.items()):
             # variants often tie: each its own marker, dash and size, so a line under another still shows
-            ax.plot([x for x, _ in points], [y for _, y in points], marker="osD^v"[i % 5],
-                    linestyle=("-", "--", ":", "-.")[i % 4], markersize=9 - 1.5 * (i % 4),
-                    label=labels.get(name, name))
+            shift = 0.06 * (i - (len(lines) - 1) / 2)
+            xs, ys = [p[0] + shift for p in points], [p[1] for p in points]
+            drawn = ax.plot(xs, ys, marker="osD^v"[i % 5], linestyle=("-", "--", ":", "-.")[i % 4],
+                            markersize=9 - 1.5 * (i % 4), label=labels.get(name, name))
+            bars = [(x, p) for x, p in zip(xs, points) if len(p) == 4]
+            if bars:
+                ax.errorbar([x for x, _ in bars], [p[1] for _, p in bars],
+                            yerr=[[p[1] - p[2] for _, p in bars], [p[3] - p[1] for _, p in bars]],
+                            fmt="none", ecolor=drawn[0].get_color(), elinewidth=1, capsize=3, alpha=0.6)
         ax.set(title=title, xlabel="iteration", ylabel="test success %")
         ax.set_ylim(bottom=0)
         ax.set_xticks(range(iterations + 1))

@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_r import conversation as conv
 from agent_r import passk, paths
-from agent_r.paired import paired
+from agent_r.significance import paired
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
 from agent_r.revision import is_revision_turn, model_turns, revision_turns

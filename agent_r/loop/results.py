@@ -14,6 +14,7 @@ from typing import Optional
 
 from agent_r import passk, plots
 from agent_r.io import atomic_write_json, atomic_write_text
+from agent_r.significance import wilson_interval
 from agent_r.paths import LOSSES_PNG, RESULTS_JSON, RESULTS_MD, RESULTS_PNG, Layout, portable_paths
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons
@@ -166,18 +167,33 @@ def _fmt(x: Optional[float]) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def success_point(r: dict, t: str) -> tuple:
+    """(iteration, test success %) with Wilson's 95% interval where the row
+    counts its tasks (the average of several tasks has none)."""
+    if t == "average":
+        return r["iteration"], average(r, "success_pct")
+    got = r["test"][t]
+    n = got.get("tasks") or 0
+    interval = wilson_interval(round(got["success_pct"] * n / 100), n) if n else None
+    if interval is None:
+        return r["iteration"], got["success_pct"]
+    return r["iteration"], got["success_pct"], round(100 * interval[0], 2), round(100 * interval[1], 2)
+
+
 def write_plot(s: IterateSettings, rows: list[dict], path: Path) -> None:
-    """results.png: test success % per iteration, one line per variant (each
-    starts at the base model), one panel per task plus the average."""
-    value = lambda r, t: average(r, "success_pct") if t == "average" else r["test"][t]["success_pct"]  # noqa: E731
+    """results.png: test success % per iteration with 95% intervals, one line
+    per variant (each starts at the base model), one panel per task plus the
+    average."""
     base = [r for r in rows if r["iteration"] == 0]
-    panels = {t: {variant: [(r["iteration"], value(r, t)) for r in base + [r for r in rows if r["variant"] == variant]]
+    panels = {t: {variant: [success_point(r, t) for r in base + [r for r in rows if r["variant"] == variant]]
                   for variant in s.variant_list}
               for t in s.tasks + (["average"] if len(s.tasks) > 1 else [])}
     for t in s.tasks if s.eval_samples > 1 else []:   # Pass@1 and Pass@K of the sampled evals
         for k in ("1", str(s.eval_samples)):
             panels[f"{t} pass@{k} % (TEMP={s.eval_sample_temperature:g})"] = {
-                variant: [(r["iteration"], round(100 * r["sampled"]["test"][t]["pass_at_k"][k]["value"], 4))
+                variant: [(r["iteration"], *(round(100 * x, 4) for x in (
+                              r["sampled"]["test"][t]["pass_at_k"][k]["value"],
+                              *r["sampled"]["test"][t]["pass_at_k"][k]["ci95"])))
                           for r in base + [r for r in rows if r["variant"] == variant]
                           if k in ((r.get("sampled") or {}).get("test", {}).get(t) or {}).get("pass_at_k", {})]
                 for variant in s.variant_list}

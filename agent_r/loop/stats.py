@@ -1,6 +1,6 @@
 """The statistics a reviewer asks of the loop's results, beyond success rates.
 
-* Paired comparisons (agent_r/paired.py): every model against the base
+* Paired comparisons (agent_r/significance.py): every model against the base
   and agent-r against direct, episode by episode, McNemar's exact test.
 * Revision turns. Agent-R's claim is that the model learns to revise in the
   middle of an episode. A test episode shows it when a turn the model chose
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from agent_r.io import read_json
-from agent_r.paired import paired
+from agent_r.significance import paired
 from agent_r.report import revision_turn_counts
 from agent_r.paths import result_file
 # what a revision turn is lives with the splice that makes it (re-exported here)

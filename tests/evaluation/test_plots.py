@@ -68,14 +68,16 @@ def test_iterate_results_png_comes_from_the_same_helper(tmp_path):
     from agent_r.loop import results
 
     s = SimpleNamespace(tasks=["textcraft", "sciworld"], variant_list=["agent-r", "direct"], iterations=1, eval_samples=1)
-    test = lambda a, b: {"textcraft": {"success_pct": a}, "sciworld": {"success_pct": b}}  # noqa: E731
+    test = lambda a, b: {"textcraft": {"success_pct": a, "tasks": 100}, "sciworld": {"success_pct": b}}  # noqa: E731
     rows = [{"iteration": 0, "variant": "base", "test": test(10.0, 20.0)},
             {"iteration": 1, "variant": "agent-r", "test": test(30.0, 50.0)},
             {"iteration": 1, "variant": "direct", "test": test(20.0, 20.0)}]
     results.write_plot(s, rows, tmp_path / "results.png")
     with Image.open(tmp_path / "results.png") as image:
         panels = json.loads(image.text["Description"])
-    assert panels["textcraft"]["agent-r"] == [[0, 10.0], [1, 30.0]]
+    # a point with its task count carries Wilson's 95% interval (30 of 100: 21.89-39.59), one without has none
+    assert panels["textcraft"]["agent-r"] == [[0, 10.0, 5.52, 17.44], [1, 30.0, 21.89, 39.59]]
+    assert panels["sciworld"]["agent-r"] == [[0, 20.0], [1, 50.0]]
     assert panels["average"]["direct"] == [[0, 15.0], [1, 20.0]] and set(panels) == {"textcraft", "sciworld", "average"}
 
 

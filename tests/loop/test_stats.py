@@ -16,7 +16,7 @@ from agent_r.io import atomic_write_json
 from agent_r.loop.results import markdown, with_comparisons
 from agent_r.loop.settings import IterateSettings
 from agent_r.loop.stats import comparisons, episode_stats, is_revision_turn, revision_turns
-from agent_r.paired import mcnemar_exact, paired
+from agent_r.significance import mcnemar_exact, paired
 from agent_r.paths import result_file
 from agent_r.revision import REVISION_THOUGHTS
 from agent_r.settings import parse
@@ -162,3 +162,15 @@ def test_loop_processes_of_one_run_write_results_at_once(tmp_path):
     errors = [failures.get() for _ in range(failures.qsize())] if not failures.empty() else []
     assert not errors and all(proc.exitcode == 0 for proc in procs), errors
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md", "results.png"]
+
+
+def test_wilson_interval_known_values():
+    from agent_r.significance import wilson_interval
+
+    low, high = wilson_interval(30, 100)
+    assert (round(low, 4), round(high, 4)) == (0.2189, 0.3959)      # the textbook values
+    assert wilson_interval(0, 50)[0] == 0.0 and 0.07 < wilson_interval(0, 50)[1] < 0.072
+    assert wilson_interval(8, 60) == pytest.approx((0.0692, 0.2417), abs=1e-4)
+    assert wilson_interval(0, 0) is None
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

@@ -1,5 +1,8 @@
-"""Paired comparisons of two greedy evals of the same tasks: two models,
-two replies to the revision turn, two dtypes. They differ on few tasks;
+"""How sure an eval's numbers are. A success rate gets Wilson's 95%
+interval (right at 0 and 100% and for the small counts of revising
+episodes, where the normal approximation is not). Two greedy evals of the
+same tasks (two models, two replies to the revision turn, two dtypes) are
+paired. They differ on few tasks;
 what matters is how many one solves that the other does not (``gained``)
 and the reverse (``lost``). McNemar's exact test asks whether that split
 could be chance: under "no difference" each discordant task is a fair coin,
@@ -36,3 +39,16 @@ def paired(reference: dict[str, int], other: dict[str, int]) -> Optional[dict[st
     lost = sum(1 for k in keys if reference[k] and not other[k])
     return {"tasks": len(keys), "both": sum(1 for k in keys if other[k] and reference[k]), "gained": gained,
             "lost": lost, "p_value": float(f"{mcnemar_exact(gained, lost):.4g}")}
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> Optional[tuple[float, float]]:
+    """Wilson's score interval for ``successes`` of ``n`` (95% at the default
+    z), as fractions; None for n = 0."""
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be between 0 and n ({n}), got {successes}")
+    if n == 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
