@@ -13,7 +13,8 @@ EDIT = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path\s*(\+=|=[^=])"
 
 def test_no_tracked_python_file_edits_sys_path():
     tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
-    offenders = [name for name in tracked.stdout.split() if EDIT.search((ROOT / name).read_text())]
+    offenders = [name for name in tracked.stdout.split()     # this file shows one, in its own test below
+                 if EDIT.search((ROOT / name).read_text()) and ROOT / name != Path(__file__).resolve()]
     assert offenders == []
 
 

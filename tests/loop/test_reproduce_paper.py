@@ -160,10 +160,16 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
         rows = {(r["iteration"], r["variant"]): r for r in json.loads(results.read_text())["rows"]}
         assert set(rows) == {(0, "base"), (1, "good"), (2, "good"), (1, "direct")}, results
         assert same(rows[(1, "good")]) == same(one) and same(rows[(2, "good")]) == same(two)
-    assert sorted(p.relative_to(bank) for p in bank.rglob("*") if p.is_file()) == sorted([
+    banked = sorted(p.relative_to(bank) for p in bank.rglob("*") if p.is_file())
+    assert [p for p in banked if p.parts[0] != "episodes"] == sorted([
         Path(ARCHIVE), *(Path(f"pieces/t-i{k}-piece-0{j}-of-02/{ARCHIVE}") for k in (1, 2) for j in (1, 2))])
+    episodes = [p for p in (runs / "t").rglob("search_results_*.json") if "eval" in p.parts[-5]]
+    evals = {p.parent.relative_to(runs / "t") for p in episodes}      # every eval's episodes, an archive each
+    assert [p for p in banked if p.parts[0] == "episodes"] == sorted(Path("episodes") / f"{e}.tar.gz" for e in evals)
+    assert any(e.parts[:2] == ("iter_2", "eval") for e in evals)
     restored = tmp_path / "restored"
-    assert restore(bank, restored) == len(banked_files(runs / "t"))   # the last session banked all it had
+    # the last session banked all it had: its small state and its evals' episodes
+    assert restore(bank, restored) == len(banked_files(runs / "t")) + len(episodes)
     rows, todo = status(bank, "t", 1, 2)   # what the next session reads to choose its pieces
     assert todo == [] and [r[:3] for r in rows] == [["1", "2", str(one["search"]["textcraft"]["trees_with_success"]
                                                                   - int(rows[1][2]))], ["2", "2", rows[1][2]]]
