@@ -49,6 +49,7 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
     for r in rows:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
+    lines += _dtype_note(rows)
     lines += _paired_table(rows)
     lines += _sampled_table(s, rows)
     stat_head = ["iteration", "variant", "ALPHA / epochs / LR", "revision samples", "good samples", "train samples",
@@ -59,6 +60,19 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
               f"at most {s.revise_max_steps} turns.", "", _md_row(stat_head), _md_row(["---"] * len(stat_head))]
     lines += [_md_row(_stat_cells(r)) for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def _dtype_note(rows: list[dict]) -> list[str]:
+    """One line when the table's evals ran at more than one dtype (machines
+    differ: a CPU without native bf16 runs fp32), naming each row's, so that
+    a mixed table says so; nothing when they agree or were not recorded."""
+    seen = {(r["iteration"], r["variant"]): sorted({part.get(t, {}).get("dtype") for part in (r.get("test", {}),)
+                                                    for t in part} - {None}) for r in rows}
+    if len({d for ds in seen.values() for d in ds}) < 2:
+        return []
+    named = ", ".join(f"{v} {k}: {'/'.join(ds) or '?'}" for (k, v), ds in seen.items())
+    return ["", f"Mixed dtypes: these evals did not all run at one dtype ({named}); pair rows of one dtype only, "
+            "or evaluate again under an EVAL_TAG of its own (docs/iterate.md)."]
 
 
 def _paired_table(rows: list[dict]) -> list[str]:

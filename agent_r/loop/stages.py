@@ -210,7 +210,7 @@ def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy, root: 
     if done.failed:
         raise StageIncomplete(f"eval of {es.task} in {done.run_dir}: {done.failed} episode(s) failed on env errors")
     sm = done.summary
-    return {"tasks": sm["tasks"], "score_x100": round(sm["score_x100"], 4),
+    return {"tasks": sm["tasks"], "dtype": (sm.get("backend") or {}).get("dtype"), "score_x100": round(sm["score_x100"], 4),
             "success_pct": round(100 * sm["success_rate"], 4), "mean_steps": round(sm["mean_steps"], 4),
             "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()},
             **episode_stats(done.run_dir, [t.key for t in planned.tasks], es.task or "")}

@@ -174,3 +174,15 @@ def test_wilson_interval_known_values():
     assert wilson_interval(0, 0) is None
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+def test_a_table_of_evals_at_two_dtypes_says_so_and_names_each():
+    from agent_r.loop.results import _dtype_note
+
+    def at(k, variant, dtype):
+        return {"iteration": k, "variant": variant, "test": {"textcraft": {"dtype": dtype}}}
+
+    assert _dtype_note([at(0, "base", "bfloat16"), at(1, "agent-r", "bfloat16")]) == []
+    assert _dtype_note([at(0, "base", None), at(1, "agent-r", "float32")]) == []      # older rows: not recorded
+    (blank, line) = _dtype_note([at(0, "base", "bfloat16"), at(1, "agent-r", "float32")])
+    assert line.startswith("Mixed dtypes") and "base 0: bfloat16" in line and "agent-r 1: float32" in line
