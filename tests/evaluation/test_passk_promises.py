@@ -36,7 +36,8 @@ def test_the_bootstrap_is_the_same_in_every_process():
     """Seeded on its own: not the global random state, not the hash seed."""
     code = ("import random, sys; from agent_r import passk; random.seed(int(sys.argv[1])); "
             "print(passk.bootstrap_interval([0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 1.0, 0.0, 0.1]))")
-    got = {subprocess.run([sys.executable, "-c", code, str(seed)], capture_output=True, text=True, check=True,
+    root = Path(__file__).resolve().parents[2]
+    got = {subprocess.run([sys.executable, "-c", code, str(seed)], capture_output=True, text=True, check=True, cwd=root,
                           env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2, 3)}
     assert len(got) == 1
 
