@@ -108,6 +108,9 @@ class BackendSettings(ModelDir):
                                          "where the share would reserve that fraction of the machine's RAM)")
     hf_batch_size: int = setting(0, minimum=0, help="hf: sequences per generate call; 0 (default) = all of a "
                                  "call's sequences on a GPU, 16 on CPU")
+    hf_cache_gib: float = setting(4.0, minimum=0, help="hf: GiB of keys/values kept between calls, so a turn that "
+                                  "extends an earlier prompt + reply computes only its new tokens; 0 = off "
+                                  "(default 4)")
     allow_cpu: bool = setting(False, env="ALLOW_CPU", help="hf/vllm: run a model over ~1B parameters on CPU anyway "
                               "(default 0: refuse; no usable GPU usually means a broken CUDA setup)")
     openai_base_url: str | None = setting(None, env="OPENAI_BASE_URL", flag=None,

@@ -37,7 +37,8 @@ def make_backend(settings: BackendSettings, seed: int = 0, max_model_len: int | 
                               seed=seed, allow_cpu=settings.allow_cpu, kv_cache_gib=settings.kv_cache_gib)
     elif kind == "hf":
         backend = HFBackend(resolve_model_dir(settings.model_dir), dtype=settings.dtype,
-                            batch_size=settings.hf_batch_size, seed=seed, allow_cpu=settings.allow_cpu)
+                            batch_size=settings.hf_batch_size, seed=seed, allow_cpu=settings.allow_cpu,
+                            cache_gib=settings.hf_cache_gib)
     elif kind == "openai":
         backend = _openai_backend(settings)
     else:

@@ -3,16 +3,31 @@ left padding, on a GPU or the CPU."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
+import logging
 from typing import Any, Callable, Iterator, Sequence
 
 from agent_r.llm.base import Backend, GenerationRequest, RequestFailed, SamplingConfig
 from agent_r.llm.chat import chat_prompt, chat_token_count, cut_at_stop, load_tokenizer
 from agent_r.llm.model_files import (check_cpu_allowed, cpu_auto_dtype, cpu_bf16_native, cuda_usable, format_parameters,
                                     model_position_limit)
+from agent_r.llm.prefix_cache import PrefixCache
 from agent_r.llm.rules import combined_seed, single_if_greedy, too_long
 
+log = logging.getLogger(__name__)
+
 CPU_HF_BATCH = 16   # hf on CPU: sequences per generate call when --hf_batch_size is 0 (auto)
+DEFAULT_CACHE_GIB = 4.0   # keys/values kept between calls (--hf_cache_gib)
+
+
+@functools.cache
+def cache_argument() -> str:
+    """generate's name for a cache to start from: ``cache`` from transformers
+    5.2x on (``past_key_values`` is deprecated there), before that ``past_key_values``."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 @contextlib.contextmanager
@@ -47,7 +62,7 @@ class HFBackend(Backend):
 
     def __init__(self, model_dir: str, device: str = "auto", dtype: str = "auto", batch_size: int = 0,
                  seed: int | None = None, allow_cpu: bool = False,
-                 cpu_bf16: Callable[[], bool] = cpu_bf16_native) -> None:
+                 cpu_bf16: Callable[[], bool] = cpu_bf16_native, cache_gib: float = DEFAULT_CACHE_GIB) -> None:
         super().__init__()
         import torch
         from transformers import AutoModelForCausalLM
@@ -76,6 +91,7 @@ class HFBackend(Backend):
         if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in eos:
             eos.append(self.tokenizer.eos_token_id)
         self.eos_ids = eos
+        self.prefix_cache = PrefixCache(int(cache_gib * 2**30)) if cache_gib > 0 else None
         gc.collect()
         gc.freeze()   # the model's and the run's long-lived objects leave the collector's scans
 
@@ -121,15 +137,31 @@ class HFBackend(Backend):
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         if sampling.stop:  # stop early; the text is cut at the stop string afterwards
             kwargs.update(stop_strings=list(sampling.stop), tokenizer=self.tokenizer)
+        width = batch["input_ids"].shape[1]
+        rows = []
+        if self.prefix_cache is not None:
+            rows = [ids[mask.bool()].cpu().numpy() for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+            cache, _ = self.prefix_cache.batch_cache(rows, width, batch["input_ids"])
+            kwargs.update({"return_dict_in_generate": True, cache_argument(): cache})
         with self._torch.no_grad(), gc_paused():
             out = self.model.generate(**batch, **kwargs)
-        new = out[:, batch["input_ids"].shape[1]:]
+        if self.prefix_cache is not None:
+            final = getattr(out, cache_argument())
+            stops = set(self.eos_ids) | {self.tokenizer.pad_token_id}
+            if not self.prefix_cache.keep(rows, out.sequences[:, width:], width, final, stops):
+                log.info("hf: this model's cache (%s) is not a plain full-attention one; turns are computed "
+                         "whole (no key/value reuse between calls)", type(final).__name__)
+                self.prefix_cache = None
+            out = out.sequences
+        new = out[:, width:]
         return self.tokenizer.batch_decode(new, skip_special_tokens=True)
 
     def count_tokens(self, messages: list[dict]) -> int:
         return chat_token_count(self.tokenizer, messages)
 
     def close(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         del self.model
         if self.device.startswith("cuda"):
             self._torch.cuda.empty_cache()
@@ -137,4 +169,5 @@ class HFBackend(Backend):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.name, "device": self.device, "dtype": self.dtype, "model_dir": self.model_dir,
                 "parameters": format_parameters(self.model_dir), "batch_size": self.batch_size,
-                "context_limit": self.context_limit}
+                "context_limit": self.context_limit,
+                "cache_gib": self.prefix_cache.budget_bytes / 2**30 if self.prefix_cache else 0}
