@@ -179,7 +179,8 @@ class Meter:
         dt = time.perf_counter() - t0
         self.seconds += dt
         inp = kw["input_ids"]
-        new = out[:, inp.shape[1]:]
+        sequences = getattr(out, "sequences", out)   # a dict-like output when the backend keeps caches
+        new = sequences[:, inp.shape[1]:]
         is_eos = torch.isin(new, self.eos)
         after_first_eos = (torch.cumsum(is_eos.int(), dim=1) - is_eos.int()) > 0
         valid = ~after_first_eos & ~((new == self.pad) & ~is_eos)
@@ -274,8 +275,9 @@ def _pure_run(backend, meter, requests, sampling, batch_size: int, repeats: int,
     """backend.generate on exactly the collection's first batch, every sample
     forced to max_new_tokens (generation_config.min_new_tokens) unless not ``force``."""
     gc = backend.model.generation_config
-    old_bs, old_min = backend.batch_size, getattr(gc, "min_new_tokens", None)
+    old_bs, old_min, old_cache = backend.batch_size, getattr(gc, "min_new_tokens", None), backend.prefix_cache
     backend.batch_size = batch_size
+    backend.prefix_cache = None   # pure generation: every repeat computes its prompts (no reuse between calls)
     if force:
         gc.min_new_tokens = sampling.max_new_tokens
     try:
@@ -288,7 +290,7 @@ def _pure_run(backend, meter, requests, sampling, batch_size: int, repeats: int,
         cuda_sync()
         wall = time.perf_counter() - t0
     finally:
-        backend.batch_size, gc.min_new_tokens = old_bs, old_min
+        backend.batch_size, gc.min_new_tokens, backend.prefix_cache = old_bs, old_min, old_cache
     res = meter.snapshot(wall)
     res.update(batch_size=batch_size, repeats=repeats, samples=sum(r.n for r in requests), forced_length=force,
                warm_up=warm)

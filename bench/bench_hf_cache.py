@@ -4,11 +4,12 @@ with the cache on, same model, same tasks; are the episodes the same, and
 how many generated tokens per second each.
 
     .venv/bin/python -m bench.bench_hf_cache [--model_dir models/smollm2-textcraft-base] [--tasks 8]
-        [--max_steps 30] [--concurrency 8] [--device auto]
+        [--task_ids 20,25,30,40] [--max_steps 30] [--concurrency 8] [--device auto]
 
 The env is our TextCraft server over HTTP on 127.0.0.1; the episodes run
 to 30 turns (up to ~2k tokens of context), which is where a turn costs its
-whole conversation without the cache. Generated tokens are the replies
+whole conversation without the cache (``--task_ids 20,25,30,40``: four test
+tasks the SmolLM2 base fails, so each episode runs all 30 turns). Generated tokens are the replies
 re-tokenized. Off runs first, then on; run it on an otherwise idle machine
 for timings.
 """
@@ -52,14 +53,16 @@ def run_eval(model_dir: str, cache_gib: float, indices: list[int], url: str, arg
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model_dir", default="models/smollm2-textcraft-base")
-    p.add_argument("--tasks", type=int, default=8)
+    p.add_argument("--tasks", type=int, default=8, help="the first N test tasks")
+    p.add_argument("--task_ids", default="", help="comma list of TextCraft task numbers instead of --tasks")
     p.add_argument("--max_steps", type=int, default=30)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--hf_batch_size", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--cache_gib", type=float, default=4.0)
     args = p.parse_args()
-    indices = get_env("textcraft").split_indices("test")[: args.tasks]
+    indices = ([int(i) for i in args.task_ids.split(",")] if args.task_ids
+               else get_env("textcraft").split_indices("test")[: args.tasks])
     server, url = start_server("agentenv_servers.textcraft")
     rows = []
     try:
