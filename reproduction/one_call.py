@@ -1,0 +1,216 @@
+"""One self-training iteration of a run in pieces, in as many calls of a
+short-lived machine as it takes (a GPU machine's 600 s command, a CPU
+session's few hours): each call restores the bank, runs the stages it has
+time for, banks what they finished, and the next call, here or on a fresh
+machine, goes on from the bank.
+
+Stages, in order: the pieces of iteration ITERATIONS's search not yet in the
+bank (reproduce_paper.sh with PIECE=j/n: search and data of part j of the
+train tasks), then the rest (MERGE=n: the pieces joined, each variant's
+fine-tune, its evals on the test tasks and the revision task, the table).
+
+The budget: the call ends BUDGET_S seconds after it starts, the last
+RESERVE_S of them kept for banking. A piece starts only if its estimate
+(PIECE_S, or the slowest piece of this call so far) fits in what is left: a
+piece cut short loses its trees, and trees are never banked. The last stage
+starts whenever time is left and gets SIGINT when the budget ends: its
+fine-tunes bank their step checkpoints and its evals their episodes, so it
+resumes. The call's first stage always starts, so every call makes progress.
+Each stage adds a line to BANK/calls.jsonl (the machine, the stage, its
+seconds, how it ended): the bank's record of which stage ran where.
+
+    TASK=textcraft ITERATIONS=1 PIECES=2 BANK=reproduction/my_run/bank BUDGET_S=540 \\
+        python -m reproduction.one_call          # any of reproduce_paper.sh's settings pass through
+    make one-call-smollm2 ITERATIONS=3 PIECES=20  # the SmolLM2 run's settings (docs/iterate.md)
+
+Exit codes: 0 the iteration is done and banked; 3 the budget ended first
+(call again); 1 a stage failed (its log is in the run's logs/); 2 bad settings.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent_r.io import atomic_write_text
+from agent_r.settings import UsageError, run_cli, setup_logging
+from reproduction.pieces import bank, status
+
+log = logging.getLogger(__name__)
+
+CALLS = "calls.jsonl"   # under the bank: one line per stage of every call
+UNFINISHED = 3          # the exit code of a call whose budget ended first
+GRACE_S = 60            # after SIGINT, how long a stage may take to stop before SIGKILL
+
+
+@dataclass
+class Call:
+    """One call's settings (flags, else the environment reproduce_paper.sh reads)."""
+    name: str
+    runs: Path
+    bank: Path
+    iteration: int
+    pieces: int
+    variants: list[str]
+    budget_s: float
+    reserve_s: float
+    piece_s: float
+    command: list[str]
+    machine: str
+    limit_root: Path   # the run's committed folder, whose size the bank limits (REPRO_OUT)
+    started: float = field(default_factory=time.monotonic)
+    id: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+    def left(self) -> float:
+        return self.budget_s - self.reserve_s - (time.monotonic() - self.started)
+
+
+def machine_name() -> str:
+    """The GPU's name where there is one, else the CPU model, and the cores beside it."""
+    cores = f"{os.cpu_count()} CPU cores"
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        gpu = []
+    if gpu:
+        return f"{len(gpu)} x {gpu[0]}, {cores}"
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()}, {cores}"
+    return cores
+
+
+def running_variants(variants: list[str], iteration: int, depths: str) -> list[str]:
+    """The variants that run ``iteration`` (VARIANT_ITERATIONS, e.g. good=1, ends some earlier)."""
+    last = dict(item.split("=", 1) for item in depths.split(",") if "=" in item)
+    return [v for v in variants if int(last.get(v, iteration)) >= iteration]
+
+
+def pieces_to_run(call: Call) -> list[int]:
+    """The pieces whose search and data the bank lacks for some running variant."""
+    todo: set[int] = set()
+    for variant in call.variants:
+        todo |= set(status(call.bank, call.name, call.iteration, call.pieces, variant)[1])
+    return sorted(todo)
+
+
+def record(call: Call, stage: str, seconds: float, ended: str) -> None:
+    """Adds the stage's line to the bank's record (rewritten whole, atomically)."""
+    path = call.bank / CALLS
+    line = json.dumps({"call": call.id, "machine": call.machine, "stage": stage, "iteration": call.iteration,
+                       "variants": call.variants, "seconds": round(seconds, 1), "ended": ended})
+    old = path.read_text() if path.exists() else ""
+    atomic_write_text(path, old + line + "\n")
+
+
+def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, bank_folder: Path,
+              limit: float) -> str:
+    """Runs one stage in its own process group under ``limit`` seconds, banks
+    what it finished however it ended, records it; returns how it ended."""
+    log.info("%s: starting (%.0f s left in the call)", stage, call.left())
+    t0 = time.monotonic()
+    inherited = {k: v for k, v in os.environ.items() if k not in ("PIECE", "MERGE")}
+    proc = subprocess.Popen(call.command, env={**inherited, **env}, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=max(limit, 1))
+        ended = "done" if rc == 0 else f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGINT)   # the loop stops where it is and keeps what it finished
+        try:
+            proc.wait(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        ended = "budget"
+    seconds = time.monotonic() - t0
+    if run_folder.is_dir():   # the stage banks at its own exit; again here, for one cut short
+        bank(run_folder, bank_folder, call.limit_root)
+    record(call, stage, seconds, ended)
+    log.info("%s: %s in %.0f s", stage, ended, seconds)
+    return ended
+
+
+def run_call(call: Call) -> int:
+    """The call's stages within its budget; the exit code (0, UNFINISHED or 1)."""
+    call.bank.mkdir(parents=True, exist_ok=True)
+    common = {"NAME": call.name, "RUNS": str(call.runs), "BANK": str(call.bank), "ITERATIONS": str(call.iteration),
+              "VARIANTS": ",".join(call.variants)}
+    slowest, first = call.piece_s, True
+    for j in pieces_to_run(call):
+        if not first and call.left() < slowest:
+            return stop(call, f"piece {j}/{call.pieces} needs ~{slowest:.0f} s, {max(call.left(), 0):.0f} s left")
+        piece = f"{call.name}-i{call.iteration}-piece-{j:02d}-of-{call.pieces:02d}"
+        t0 = time.monotonic()
+        ended = run_stage(call, f"piece {j}/{call.pieces} of iteration {call.iteration}",
+                          {**common, "PIECE": f"{j}/{call.pieces}"}, call.runs / piece, call.bank / "pieces" / piece,
+                          call.left())
+        if ended == "budget":
+            return stop(call, f"piece {j} was cut short: it runs again from its start")
+        if ended != "done":
+            return 1
+        slowest, first = max(slowest, time.monotonic() - t0), False
+    if not first and call.left() <= 0:
+        return stop(call, "no time left for the fine-tunes and evals")
+    ended = run_stage(call, f"merge, fine-tunes and evals of iteration {call.iteration}",
+                      {**common, "MERGE": str(call.pieces)}, call.runs / call.name, call.bank, call.left())
+    if ended == "budget":
+        return stop(call, "the fine-tunes and evals resume from the bank")
+    if ended != "done":
+        return 1
+    print(f"iteration {call.iteration} of {','.join(call.variants)} done and banked in {call.bank} "
+          f"({time.monotonic() - call.started:.0f} s; record: {call.bank / CALLS})")
+    return 0
+
+
+def stop(call: Call, why: str) -> int:
+    print(f"budget: {why}; banked in {call.bank}: call again to go on")
+    return UNFINISHED
+
+
+def main(argv: list[str] | None = None) -> int:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="python -m reproduction.one_call", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", default=env("NAME", "repro_paper"), help="the run (NAME)")
+    p.add_argument("--runs", default=env("RUNS", "runs"), help="the runs folder (RUNS)")
+    p.add_argument("--bank", default=env("BANK"), help="the run's bank folder (BANK), required")
+    p.add_argument("--iteration", type=int, default=int(env("ITERATIONS", "0") or 0), help="(ITERATIONS) >= 1")
+    p.add_argument("--pieces", type=int, default=int(env("PIECES", "1") or 1), help="search pieces (PIECES)")
+    p.add_argument("--variants", default=env("VARIANTS", "agent-r,direct,good"), help="(VARIANTS)")
+    p.add_argument("--budget_s", type=float, default=float(env("BUDGET_S", "540")), help="the call's seconds")
+    p.add_argument("--reserve_s", type=float, default=float(env("RESERVE_S", "30")), help="kept for banking")
+    p.add_argument("--piece_s", type=float, default=float(env("PIECE_S", "0")),
+                   help="a piece's seconds before one is measured (0: any piece starts)")
+    p.add_argument("--command", default=env("STAGE_COMMAND", "bash reproduction/reproduce_paper.sh"),
+                   help="what runs a stage, reading PIECE/MERGE/BANK from the environment")
+    args = p.parse_args(argv)
+    setup_logging()
+    if not args.bank:
+        raise UsageError("BANK is not set: the folder the run's state is banked in (e.g. reproduction/my_run/bank)")
+    if args.iteration < 1:
+        raise UsageError(f"ITERATIONS={args.iteration}: set the iteration this call works on (1, 2, 3, ...)")
+    if args.pieces < 1:
+        raise UsageError(f"PIECES={args.pieces}: the search is cut into at least 1 piece")
+    variants = running_variants([v for v in args.variants.split(",") if v], args.iteration,
+                                env("VARIANT_ITERATIONS", ""))
+    if not variants:
+        raise UsageError(f"no variant of VARIANTS={args.variants} runs iteration {args.iteration} "
+                         "(VARIANT_ITERATIONS ends them earlier)")
+    call = Call(name=args.name, runs=Path(args.runs), bank=Path(args.bank), iteration=args.iteration,
+                pieces=args.pieces, variants=variants, budget_s=args.budget_s, reserve_s=args.reserve_s,
+                piece_s=args.piece_s, command=shlex.split(args.command), machine=env("MACHINE") or machine_name(),
+                limit_root=Path(env("REPRO_OUT") or f"reproduction/{args.name}"))
+    return run_call(call)
+
+
+if __name__ == "__main__":
+    run_cli(main)

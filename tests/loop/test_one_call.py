@@ -1,0 +1,98 @@
+"""reproduction/one_call.py: an iteration in calls of a short-lived machine.
+A call whose budget ends after its first piece banks that piece and stops
+(exit 3); a second call, on a fresh runs folder, finishes the iteration from
+the bank; the result equals one uninterrupted call's. The stop is the
+budget's rule (the first stage always starts, a later piece only if its
+estimate fits), so the test holds it at a known point with a piece
+estimate that only the first piece fits under, never racing the clock. Test double: the loop's weights-playing
+policy, not a model."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from agent_r.paths import EXPORT_FILE
+from reproduction.one_call import CALLS, UNFINISHED, running_variants
+from reproduction.pieces import ARCHIVE, bank as bank_run, status
+from tests.loop.conftest import ROOT, comparable
+from tests.loop.doubles import DOUBLE
+
+
+def one_call(tmp_path: Path, base_model: str, where: str, piece_s: str) -> subprocess.CompletedProcess:
+    """One call on a fresh machine: an empty runs folder, the bank alone."""
+    runs = tmp_path / where / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    env = {**os.environ, "RUNS": str(runs), "NAME": "t", "MODEL_DIR": base_model, "TRAIN_TASKS": "4",
+           "ITERA": "3", "N_GEN": "3", "MAX_DEPTH": "4", "EVAL_LIMIT": "2", "REVISE_LIMIT": "1",
+           "EVAL_MAX_STEPS": "3", "REVISE_MAX_STEPS": "2", "VARIANTS": "agent-r", "BANK": str(tmp_path / where / "bank"),
+           "PY": str(ROOT / ".venv/bin/python"), "BACKEND": DOUBLE, "GENERAL_DATA": "", "EPOCHS": "1", "LR": "1e-3",
+           "ACCUMULATIVE_COUNTS": "1", "MAX_LENGTH": "1024", "CONCURRENCY": "2", "MAX_NEW_TOKENS": "40",
+           "SHARDS": "0", "REPRO_OUT": str(tmp_path / where / "results"), "ITERATIONS": "1", "PIECES": "2",
+           "BUDGET_S": "100000", "PIECE_S": piece_s, "RESERVE_S": "0", "MACHINE": f"the {where} box"}
+    env.pop("REPRODUCE_COPY", None)
+    return subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=1200)
+
+
+def first_session(tmp_path: Path, where: str) -> Path:
+    """The run's task list as a first session banks it: tasks the double solves."""
+    first = tmp_path / where / "first" / "t"
+    first.mkdir(parents=True)
+    (first / "train_tasks.json").write_text(json.dumps([{"item_id": f"textcraft_{i}"} for i in (1, 2, 3, 4)]))
+    bank_run(first, tmp_path / where / "bank")
+    return tmp_path / where / "bank"
+
+
+def archived(bank: Path, member: str) -> bytes:
+    with tarfile.open(bank / ARCHIVE, "r:gz") as tar:
+        return tar.extractfile(member).read()
+
+
+def test_a_call_cut_by_its_budget_banks_and_the_next_call_finishes_the_same_iteration(tmp_path, base_model):
+    cut, whole = first_session(tmp_path, "cut"), first_session(tmp_path, "whole")
+    stopped = one_call(tmp_path, base_model, "cut", piece_s="99999")   # no second piece fits
+    assert stopped.returncode == UNFINISHED, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "budget: piece 2/2 needs" in stopped.stdout
+    assert status(cut, "t", 1, 2, "agent-r")[1] == [2]    # piece 1 banked, piece 2 to run
+    with tarfile.open(cut / ARCHIVE, "r:gz") as tar:   # the run's own state: nothing of iteration 1 yet
+        assert not [m for m in tar.getnames() if m.startswith("iter_1")]
+
+    resumed = one_call(tmp_path, base_model, "cut", piece_s="0")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    straight = one_call(tmp_path, base_model, "whole", piece_s="0")
+    assert straight.returncode == 0, straight.stdout[-2000:] + straight.stderr[-3000:]
+
+    rows = {w: json.loads((tmp_path / w / "results" / "results.json").read_text())["rows"] for w in ("cut", "whole")}
+    assert comparable(rows["cut"]) == comparable(rows["whole"])
+    assert [(r["iteration"], r["variant"]) for r in rows["cut"]] == [(0, "base"), (1, "agent-r")]
+    assert rows["cut"][1]["data"]["pieces"] == 2 and rows["cut"][1]["search"]["textcraft"]["trees"] == 4
+    data = f"iter_1/data/agent-r/{EXPORT_FILE}"
+    assert archived(cut, data) == archived(whole, data)   # the same training rows, exported from the same trees
+
+    calls = [json.loads(line) for line in (cut / CALLS).read_text().splitlines()]
+    assert [(c["stage"], c["ended"]) for c in calls] == [
+        ("piece 1/2 of iteration 1", "done"), ("piece 2/2 of iteration 1", "done"),
+        ("merge, fine-tunes and evals of iteration 1", "done")]
+    assert calls[0]["call"] != calls[1]["call"] == calls[2]["call"]
+    assert {c["machine"] for c in calls} == {"the cut box"} and all(c["seconds"] > 0 for c in calls)
+    assert len((whole / CALLS).read_text().splitlines()) == 3
+
+
+def test_variants_that_end_earlier_do_not_run_the_iteration():
+    assert running_variants(["agent-r", "direct", "good", "eto"], 3, "good=1,eto=1") == ["agent-r", "direct"]
+    assert running_variants(["good"], 1, "good=1") == ["good"]
+
+
+@pytest.mark.parametrize("env, says", [({"BANK": ""}, "BANK is not set"), ({"ITERATIONS": "0"}, "ITERATIONS=0"),
+                                       ({"VARIANTS": "good", "VARIANT_ITERATIONS": "good=1"}, "no variant")])
+def test_bad_settings_get_one_line(tmp_path, env, says):
+    base = {**os.environ, "BANK": str(tmp_path / "bank"), "ITERATIONS": "2", "VARIANTS": "agent-r"}
+    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env={**base, **env},
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
