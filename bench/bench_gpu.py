@@ -8,7 +8,11 @@ Phases, each a subcommand that adds its results to one JSON file (--results):
               or tiny (CPU tests); the bundled model's tokenizer (vocab = its length)
   throughput  pure batched generation (HFBackend.generate, every sample forced to
               max_new_tokens) vs generated tokens/s during a real mcts_collection
-              run (in-process, same backend object) at the same batch
+              run (in-process, same backend object) at the same batch; --record_dir
+              keeps the search's generate calls (JSONL)
+  replay      those calls in a fresh process, once per variant (as recorded, prefix
+              cache off, sorted by length, no stop strings, greedy); --profile_call K
+              traces one call with torch.profiler (host syncs, top ops, GC runs)
   pipeline    mcts_collection, path_collection (centric --revise 1, good), export,
               eval as subprocesses with --backend hf; exit codes, wall, tracebacks
   train       xtuner_config/train.sh (XTuner + DeepSpeed ZeRO-2) on the export,
@@ -20,6 +24,7 @@ Results: bench/RESULTS.md ("GPU checks").
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -28,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED = ROOT / "models" / "textcraft-tiny"
@@ -219,9 +225,11 @@ def _train_task_range(count: int) -> tuple[int, int]:
     return train[0], train[count - 1] + 1
 
 
-def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tuple[dict, list]:
+def _collection_run(backend, meter, args, concurrency: int, out_dir: Path,
+                    record: Path | None = None) -> tuple[dict, list]:
     """A real mcts_collection run (search.collect_trees, what the script calls), in-process, on the
-    already-loaded backend."""
+    already-loaded backend; with ``record``, every generate call's requests and sampling go to that
+    JSONL file, in order, for ``replay`` in a fresh process."""
     from agent_r import paths
     from agent_r.llm import HFBackend
     from agent_r.search import SearchSettings, collect_trees
@@ -230,9 +238,14 @@ def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tu
     captured: list = []
     orig_generate = HFBackend.generate
 
+    calls: list[str] = []
+
     def capture(self, requests, sampling):
         if not captured:
             captured.append((list(requests), sampling))
+        if record is not None:
+            calls.append(json.dumps({"requests": [dataclasses.asdict(r) for r in requests],
+                                     "sampling": dataclasses.asdict(sampling)}))
         return orig_generate(self, requests, sampling)
 
     if out_dir.exists():
@@ -253,6 +266,10 @@ def _collection_run(backend, meter, args, concurrency: int, out_dir: Path) -> tu
     finally:
         HFBackend.generate = orig_generate
     result = meter.snapshot(wall)
+    if record is not None:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text("\n".join(calls) + "\n")
+        result["recorded"] = str(record)
     manifest = json.loads(paths.manifest_file(summary.out_dir).read_text())
     trees = [path for _, path in paths.tree_files(summary.out_dir)]
     tree_tokens = 0
@@ -344,7 +361,8 @@ def cmd_throughput(args) -> None:
         captured = None
         for bs in sizes:
             backend.batch_size = bs
-            col, cap = _collection_run(backend, meter, args, conc, work / f"B{b}_bs{bs}")
+            record = Path(args.record_dir) / f"calls_{label}_B{b}.jsonl" if args.record_dir and bs == sizes[0] else None
+            col, cap = _collection_run(backend, meter, args, conc, work / f"B{b}_bs{bs}", record)
             backend.batch_size = default_bs
             run[f"collection_bs{bs}"] = col
             captured = captured or cap
@@ -377,6 +395,112 @@ def cmd_throughput(args) -> None:
             finally:
                 pygc.enable()   # no unfreeze: the hf backend itself runs with gc.freeze() since load
             save_results(args.results, f"throughput_{label}", res)
+    backend.close()
+
+
+# ----------------------------------------------------------------------------- replay
+
+REPLAY_VARIANTS = ("recorded", "nocache", "sorted", "nostop", "greedy")
+
+
+def _replayed(calls: list[dict], variant: str) -> list[tuple[list, Any]]:
+    """The recorded calls with one factor changed: ``sorted`` orders each call's requests by
+    prompt length (less left padding per chunk), ``nostop`` drops the stop strings (their
+    criteria run every decoding step), ``greedy`` decodes at temperature 0; ``recorded`` and
+    ``nocache`` (the backend's prefix cache off) replay them as they were."""
+    from agent_r.llm import GenerationRequest, SamplingConfig
+
+    out = []
+    for call in calls:
+        requests = [GenerationRequest(**r) for r in call["requests"]]
+        sampling = SamplingConfig(**{**call["sampling"], "stop": tuple(call["sampling"]["stop"])})
+        if variant == "sorted":
+            requests.sort(key=lambda r: sum(len(m["content"]) for m in r.messages))
+        elif variant == "nostop":
+            sampling = dataclasses.replace(sampling, stop=())
+        elif variant == "greedy":
+            sampling = dataclasses.replace(sampling, temperature=0.0)
+        out.append((requests, sampling))
+    return out
+
+
+def _profiled(backend, requests, sampling, trace: Path) -> dict:
+    """One call under torch.profiler (CPU, and CUDA where there is one): the chrome trace to
+    ``trace``; the top operators by self CPU time, and the host syncs per decoding step that
+    would leave the GPU idle between kernels."""
+    import gc as pygc
+    import threading
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    collections = []
+    hook = lambda phase, info: phase == "start" and collections.append(info["generation"])  # noqa: E731
+    pygc.callbacks.append(hook)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    try:
+        with profile(activities=activities, with_stack=True) as prof:
+            backend.generate(requests, sampling)
+            cuda_sync()
+    finally:
+        pygc.callbacks.remove(hook)
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(trace))
+    subprocess.run(["gzip", "-f", str(trace)], check=True)   # what comes back from a GPU call is limited
+    ops = prof.key_averages()
+    counts = {e.key: e.count for e in ops if e.key in ("aten::item", "aten::_local_scalar_dense",
+                                                       "cudaStreamSynchronize", "cudaDeviceSynchronize")}
+    top = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)[:20]
+    return {"trace": f"{trace}.gz", "host_syncs": counts, "gc_collections_by_generation": collections,
+            "threads": threading.active_count(),
+            "top_self_cpu_ms": [[e.key, e.count, round(e.self_cpu_time_total / 1000, 2)] for e in top]}
+
+
+def cmd_replay(args) -> None:
+    """The recorded search calls replayed in a fresh process (split "the inputs" from "the
+    process"), once per variant, each with an empty prefix cache; ``--profile_call K`` also
+    profiles call K of the ``recorded`` replay."""
+    from agent_r.knobs import BackendSettings
+    from agent_r.llm import SamplingConfig, make_backend
+    from agent_r.llm.prefix_cache import PrefixCache
+
+    calls = [json.loads(line) for line in Path(args.calls).read_text().splitlines() if line.strip()]
+    t0 = time.perf_counter()
+    backend = make_backend(BackendSettings(backend="hf", model_dir=args.model), seed=0)
+    res: dict = {"model": args.model, "calls": args.calls, "n_calls": len(calls), "backend": backend.describe(),
+                 "load_s": round(time.perf_counter() - t0, 2), "variants": {}}
+    key = f"replay_{args.label}"
+    save_results(args.results, key, res)
+    meter = Meter(backend)
+    from agent_r.llm import GenerationRequest
+
+    backend.generate([GenerationRequest([{"role": "user", "content": "warm up"}], n=2)],
+                     SamplingConfig(temperature=1.0, max_new_tokens=8))
+    budget = backend.prefix_cache.budget_bytes if backend.prefix_cache else 0
+    for variant in args.variants.split(","):
+        if variant not in REPLAY_VARIANTS:
+            raise SystemExit(f"unknown replay variant {variant!r}: one of {', '.join(REPLAY_VARIANTS)}")
+        if time_left(args) < args.reserve_s:
+            res["variants"][variant] = {"skipped": f"time budget ({time_left(args):.0f}s left)"}
+            continue
+        backend.prefix_cache = PrefixCache(budget) if budget and variant != "nocache" else None
+        meter.reset()
+        start = time.perf_counter()
+        done = 0
+        for i, (requests, sampling) in enumerate(_replayed(calls, variant)):
+            if time_left(args) < args.reserve_s:
+                break
+            if variant == "recorded" and i == args.profile_call:
+                res["profile"] = _profiled(backend, requests, sampling,
+                                           Path(args.workdir) / f"trace_{args.label}_call{i}.json")
+            else:
+                backend.generate(requests, sampling)
+            done += 1
+        cuda_sync()
+        snap = meter.snapshot(time.perf_counter() - start)
+        snap.update(calls_replayed=done)
+        res["variants"][variant] = snap
+        save_results(args.results, key, res)
     backend.close()
 
 
@@ -605,7 +729,7 @@ def cmd_train(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("phase", choices=["info", "build", "throughput", "pipeline", "train"])
+    p.add_argument("phase", choices=["info", "build", "throughput", "replay", "pipeline", "train"])
     p.add_argument("--results", type=Path, default=Path("gpu_results.json"))
     p.add_argument("--deadline", type=float, default=0, help="epoch seconds; later phases/steps are skipped")
     p.add_argument("--reserve_s", type=float, default=30)
@@ -624,6 +748,10 @@ def main() -> None:
     p.add_argument("--max_depth", type=int, default=3)
     p.add_argument("--max_new_tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--record_dir", default="", help="throughput: record the shipped search's calls here (JSONL)")
+    p.add_argument("--calls", help="replay: a recorded calls_<label>_B<b>.jsonl")
+    p.add_argument("--variants", default=",".join(REPLAY_VARIANTS), help="replay: comma list")
+    p.add_argument("--profile_call", type=int, default=-1, help="replay: profile this call of the recorded replay")
     p.add_argument("--diagnose", action="store_true", help="throughput: extra runs (unforced pure, GC frozen)")
     p.add_argument("--prewarm_gib", type=float, default=0, help="reserve this much in the CUDA caching allocator first")
     p.add_argument("--mcts_max", type=int, default=6)
@@ -644,7 +772,8 @@ def main() -> None:
     p.add_argument("--train_timeout", type=float, default=420)
     args = p.parse_args()
     os.chdir(ROOT)
-    {"info": cmd_info, "build": cmd_build, "throughput": cmd_throughput, "pipeline": cmd_pipeline,
+    {"info": cmd_info, "build": cmd_build, "throughput": cmd_throughput, "replay": cmd_replay,
+     "pipeline": cmd_pipeline,
      "train": cmd_train}[args.phase](args)
 
 

@@ -10,6 +10,7 @@
 # CPU smoke test with tiny settings (uses .venv / .venv-train and the CPU shims
 # the tests use):
 #   LOCAL=1 PARTS=throughput,pipeline,train bash bench/gpu_check.sh
+#   LOCAL=1 PARTS=throughput,replay bash bench/gpu_check.sh   # the search ratio's replay and profile
 #
 # Variables: OUT (results + logs; default /tmp/gpu_out), PARTS, BUDGET_S (seconds
 # before later steps are skipped, default 540), WHL / WHL_TRAIN (wheel folders
@@ -81,7 +82,19 @@ if has throughput; then
     for shape in ${SHAPES//,/ }; do
         echo "== throughput $shape"
         $PY "${B[@]}" throughput --model "/tmp/models/random-$shape" --label "$shape" "${TP_ARGS[@]}" \
-            || echo "throughput $shape failed: $?"
+            --record_dir "$WORK/calls" || echo "throughput $shape failed: $?"
+    done
+fi
+if has replay; then
+    # the search's recorded calls again in a fresh process: slow too -> the inputs, fast -> the process
+    for shape in ${SHAPES//,/ }; do
+        for calls in "$WORK"/calls/calls_"$shape"_B*.jsonl; do
+            [[ -f "$calls" ]] || continue
+            echo "== replay $calls"
+            $PY "${B[@]}" replay --model "/tmp/models/random-$shape" --calls "$calls" \
+                --label "${shape}_$(basename "$calls" .jsonl)" --profile_call "${PROFILE_CALL:-3}" \
+                || echo "replay $calls failed: $?"
+        done
     done
 fi
 DATA_STEPS=${DATA_STEPS:-mcts_tiny,centric_tiny_trees_1b_verifier,good_tiny_trees,export_tiny_trees,mcts_1b,centric_1b_trees,good_1b_trees,export_1b_trees,eval_1b}
@@ -107,6 +120,7 @@ if has pipeline; then
     echo "== pipeline (bundled model: default dtype vs fp32 on the GPU)"
     $PY "${B[@]}" pipeline --model "$SMALL" --steps "$REST_STEPS" "${PIPE_ARGS[@]}" || echo "pipeline failed: $?"
 fi
-tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs $(cd "$WORK" && ls -d pipeline/*/textcraft/*/manifest.json pipeline/test_result 2>/dev/null) 2>/dev/null
+tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs $(cd "$WORK" && ls -d pipeline/*/textcraft/*/manifest.json pipeline/test_result \
+    trace_*.json.gz 2>/dev/null) 2>/dev/null
 echo "== results: $RES"
 cat "$RES" | head -c 20000
