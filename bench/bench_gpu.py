@@ -10,6 +10,8 @@ Phases, each a subcommand that adds its results to one JSON file (--results):
               max_new_tokens) vs generated tokens/s during a real mcts_collection
               run (in-process, same backend object) at the same batch; --record_dir
               keeps the search's generate calls (JSONL)
+  trainer_rate  the in-process trainer (TRAIN_DEVICE=cuda) on a run's export: tokens/s and
+              losses per batching variant, one step profiled
   replay      those calls in a fresh process, once per variant (as recorded, prefix
               cache off, sorted by length, no stop strings, greedy); --profile_call K
               traces one call with torch.profiler (host syncs, top ops, GC runs)
@@ -424,10 +426,10 @@ def _replayed(calls: list[dict], variant: str) -> list[tuple[list, Any]]:
     return out
 
 
-def _profiled(backend, requests, sampling, trace: Path) -> dict:
-    """One call under torch.profiler (CPU, and CUDA where there is one): the chrome trace to
-    ``trace``; the top operators by self CPU time, and the host syncs per decoding step that
-    would leave the GPU idle between kernels."""
+def _profiled_call(fn: Any, trace: Path) -> dict:
+    """``fn()`` under torch.profiler (CPU, and CUDA where there is one): the chrome trace to
+    ``trace`` (gzipped); the top operators by self CPU time, the host syncs that leave the GPU
+    idle between kernels, the garbage collections inside it."""
     import gc as pygc
     import threading
 
@@ -440,7 +442,7 @@ def _profiled(backend, requests, sampling, trace: Path) -> dict:
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     try:
         with profile(activities=activities, with_stack=True) as prof:
-            backend.generate(requests, sampling)
+            fn()
             cuda_sync()
     finally:
         pygc.callbacks.remove(hook)
@@ -491,8 +493,8 @@ def cmd_replay(args) -> None:
             if time_left(args) < args.reserve_s:
                 break
             if variant == "recorded" and i == args.profile_call:
-                res["profile"] = _profiled(backend, requests, sampling,
-                                           Path(args.workdir) / f"trace_{args.label}_call{i}.json")
+                res["profile"] = _profiled_call(lambda: backend.generate(requests, sampling),
+                                                Path(args.workdir) / f"trace_{args.label}_call{i}.json")
             else:
                 backend.generate(requests, sampling)
             done += 1
@@ -502,6 +504,68 @@ def cmd_replay(args) -> None:
         res["variants"][variant] = snap
         save_results(args.results, key, res)
     backend.close()
+
+
+# ----------------------------------------------------------------------------- trainer rate
+
+def cmd_trainer_rate(args) -> None:
+    """The in-process trainer's loop (agent_r/training/cpu.py: what TRAIN_DEVICE=cuda runs) on
+    --data with the run's LoRA recipe, the first --train_steps optimizer steps per batching
+    variant BxA (BATCH_SIZE x ACCUMULATIVE_COUNTS: B*A*MAX_LENGTH tokens of samples per step
+    either way, A forwards of up to B*MAX_LENGTH tokens each): tokens/s, s/step, each step's
+    loss (the same data and seed, so the curves can be compared step by step), and one step
+    of the first variant under torch.profiler."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_r.llm.model_files import model_dtype
+    from agent_r.training import cpu
+    from agent_r.training.adapter import Lora
+    from agent_r.training.data import training_records
+    from agent_r.training.settings import TrainKnobs
+
+    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    tok = AutoTokenizer.from_pretrained(args.model)
+    data = cpu.examples(training_records([args.data], "", 0.0, 0)[0], tok, args.max_length)
+    autocast = (model_dtype(args.model) or "float32") == "bfloat16" and device != "cpu"
+    key = f"trainer_rate_{args.label}"
+    res: dict = {"model": args.model, "data": args.data, "samples": len(data), "device": device,
+                 "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "lora_rank": args.lora_rank,
+                 "variants": {}}
+    save_results(args.results, key, res)
+    for n, variant in enumerate(args.train_variants.split(",")):
+        if time_left(args) < args.reserve_s:
+            res["variants"][variant] = {"skipped": f"time budget ({time_left(args):.0f}s left)"}
+            continue
+        batch, accum = (int(x) for x in variant.split("x"))
+        knobs = TrainKnobs(lr=args.lr, epochs=1, max_length=args.max_length, batch_size=batch,
+                           accumulative_counts=accum, warmup_ratio=0.03, general_data="", eta=0.0)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device)
+        if args.lora_rank:
+            Lora(rank=args.lora_rank, alpha=2 * args.lora_rank).wrap(model)
+        steps = cpu.plan_steps(data, knobs, 0)[:args.train_steps]
+        tokens = sum(len(ex.ids) for step in steps for b in step for ex in b)
+        if n == 0 and args.profile_step and len(steps) > 1:   # one step traced, not timed
+            res["profile"] = _profiled_call(lambda: cpu.fit(model, steps[:1], knobs, tok.pad_token_id,
+                                                            bf16_autocast=autocast),
+                                            Path(args.workdir) / f"trace_{args.label}_train_step.json")
+            steps, tokens = steps[1:], tokens - sum(len(ex.ids) for b in steps[0] for ex in b)
+        cuda_sync()
+        t0 = time.perf_counter()
+        losses = cpu.fit(model, steps, knobs, tok.pad_token_id, bf16_autocast=autocast)
+        cuda_sync()
+        seconds = time.perf_counter() - t0
+        res["variants"][variant] = {"steps": len(steps), "tokens": tokens, "seconds": round(seconds, 2),
+                                    "s_per_step": round(seconds / max(1, len(steps)), 3),
+                                    "tokens_per_s": round(tokens / seconds, 1), "losses": [round(x, 4) for x in losses],
+                                    "forwards_per_step": round(sum(len(st) for st in steps) / max(1, len(steps)), 2),
+                                    "peak_gpu_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                                    if device == "cuda" else None}
+        save_results(args.results, key, res)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -729,7 +793,7 @@ def cmd_train(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("phase", choices=["info", "build", "throughput", "replay", "pipeline", "train"])
+    p.add_argument("phase", choices=["info", "build", "throughput", "replay", "trainer_rate", "pipeline", "train"])
     p.add_argument("--results", type=Path, default=Path("gpu_results.json"))
     p.add_argument("--deadline", type=float, default=0, help="epoch seconds; later phases/steps are skipped")
     p.add_argument("--reserve_s", type=float, default=30)
@@ -752,6 +816,11 @@ def main() -> None:
     p.add_argument("--calls", help="replay: a recorded calls_<label>_B<b>.jsonl")
     p.add_argument("--variants", default=",".join(REPLAY_VARIANTS), help="replay: comma list")
     p.add_argument("--profile_call", type=int, default=-1, help="replay: profile this call of the recorded replay")
+    p.add_argument("--train_variants", default="1x16,16x1,4x4", help="trainer_rate: BATCH_SIZExACCUMULATIVE_COUNTS")
+    p.add_argument("--train_steps", type=int, default=6, help="trainer_rate: optimizer steps per variant")
+    p.add_argument("--profile_step", type=int, default=1, help="trainer_rate: 1 = trace the first variant's first step")
+    p.add_argument("--lora_rank", type=int, default=16, help="trainer_rate: 0 = full fine-tune")
+    p.add_argument("--lr", type=float, default=3e-3, help="trainer_rate: the SmolLM2 run's LoRA LR")
     p.add_argument("--diagnose", action="store_true", help="throughput: extra runs (unforced pure, GC frozen)")
     p.add_argument("--prewarm_gib", type=float, default=0, help="reserve this much in the CUDA caching allocator first")
     p.add_argument("--mcts_max", type=int, default=6)
@@ -773,6 +842,7 @@ def main() -> None:
     args = p.parse_args()
     os.chdir(ROOT)
     {"info": cmd_info, "build": cmd_build, "throughput": cmd_throughput, "replay": cmd_replay,
+     "trainer_rate": cmd_trainer_rate,
      "pipeline": cmd_pipeline,
      "train": cmd_train}[args.phase](args)
 
