@@ -13,9 +13,9 @@ The budget: the call ends BUDGET_S seconds after it starts, the last
 RESERVE_S of them kept for banking. A piece starts only if its estimate
 (PIECE_S, or the slowest piece of this call so far) fits in what is left: a
 piece cut short loses its trees, and trees are never banked. The last stage
-starts whenever time is left and gets SIGINT when the budget ends: its
-fine-tunes bank their step checkpoints and its evals their episodes, so it
-resumes. The call's first stage always starts, so every call makes progress.
+starts whenever time is left and gets SIGINT GRACE_S (20) seconds before the
+budget ends (then SIGTERM, then SIGKILL): its fine-tunes bank their step
+checkpoints and its evals their episodes, so it resumes. The call's first stage always starts, so every call makes progress.
 Each stage adds a line to BANK/calls.jsonl (the machine, the stage, its
 seconds, how it ended): the bank's record of which stage ran where.
 
@@ -48,7 +48,6 @@ log = logging.getLogger(__name__)
 
 CALLS = "calls.jsonl"   # under the bank: one line per stage of every call
 UNFINISHED = 3          # the exit code of a call whose budget ended first
-GRACE_S = 60            # after SIGINT, how long a stage may take to stop before SIGKILL
 
 
 @dataclass
@@ -66,6 +65,7 @@ class Call:
     command: list[str]
     machine: str
     limit_root: Path   # the run's committed folder, whose size the bank limits (REPRO_OUT)
+    grace_s: float = 20.0   # after SIGINT, how long a stage may take to stop (then SIGTERM, then SIGKILL)
     started: float = field(default_factory=time.monotonic)
     id: str = field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 
@@ -121,22 +121,39 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     inherited = {k: v for k, v in os.environ.items() if k not in ("PIECE", "MERGE")}
     proc = subprocess.Popen(call.command, env={**inherited, **env}, start_new_session=True)
     try:
-        rc = proc.wait(timeout=max(limit, 1))
+        rc = proc.wait(timeout=max(limit - call.grace_s, 1))
         ended = "done" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGINT)   # the loop stops where it is and keeps what it finished
-        try:
-            proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc, call.grace_s)
         ended = "budget"
     seconds = time.monotonic() - t0
     if run_folder.is_dir():   # the stage banks at its own exit; again here, for one cut short
         bank(run_folder, bank_folder, call.limit_root)
     record(call, stage, seconds, ended)
-    log.info("%s: %s in %.0f s", stage, ended, seconds)
+    log.info("%s: %s after %.0f s", stage, ended, seconds)
     return ended
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT to the stage's process group (the loop stops where it is and keeps what it
+    finished), then SIGTERM, then SIGKILL for whatever is left: vLLM's engine, caught
+    starting up, turns SIGINT into an error of its own and the loop goes on to the next stage."""
+    for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:   # the whole group is gone
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig != signal.SIGKILL:   # the stage stopped; anything it left running goes too
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        break
+    proc.wait()
 
 
 def run_call(call: Call) -> int:
@@ -190,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reserve_s", type=float, default=float(env("RESERVE_S", "30")), help="kept for banking")
     p.add_argument("--piece_s", type=float, default=float(env("PIECE_S", "0")),
                    help="a piece's seconds before one is measured (0: any piece starts)")
+    p.add_argument("--grace_s", type=float, default=float(env("GRACE_S", "20")),
+                   help="seconds a stage cut by the budget gets to stop after SIGINT")
     p.add_argument("--command", default=env("STAGE_COMMAND", "bash reproduction/reproduce_paper.sh"),
                    help="what runs a stage, reading PIECE/MERGE/BANK from the environment")
     args = p.parse_args(argv)
@@ -208,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     call = Call(name=args.name, runs=Path(args.runs), bank=Path(args.bank), iteration=args.iteration,
                 pieces=args.pieces, variants=variants, budget_s=args.budget_s, reserve_s=args.reserve_s,
                 piece_s=args.piece_s, command=shlex.split(args.command), machine=env("MACHINE") or machine_name(),
-                limit_root=Path(env("REPRO_OUT") or f"reproduction/{args.name}"))
+                limit_root=Path(env("REPRO_OUT") or f"reproduction/{args.name}"), grace_s=args.grace_s)
     return run_call(call)
 
 

@@ -160,7 +160,7 @@ iteration)   # there, the last call
   rc=0
   BUDGET_S=$budget BACKEND=hf TRAIN_DEVICE=cuda make --no-print-directory -o smollm2-base PY=python3 \
       one-call-smollm2 > "$OUT/one_call.log" 2>&1 || rc=$?
-  say "one_call rc=$rc (0 done, 3 call again)"; tail -5 "$OUT/one_call.log"
+  say "one_call: make rc=$rc (0: the iteration is done; 2 with 'Error 3': call again)"; tail -5 "$OUT/one_call.log"
   (cd $BANK && find . -type f -newer "$stamp" -print0 | tar cf $TMP/bank.tar --null -T -)
   split -b $((15 * 1024 * 1024)) -d -a 1 $TMP/bank.tar "$OUT/bank.tar.part."
   say "banked files back: $(tar tf $TMP/bank.tar | wc -l)"

@@ -84,6 +84,23 @@ def test_a_call_cut_by_its_budget_banks_and_the_next_call_finishes_the_same_iter
     assert len((whole / CALLS).read_text().splitlines()) == 3
 
 
+def test_a_stage_that_will_not_stop_is_killed_with_its_children_and_the_call_says_so(tmp_path):
+    """The budget's end holds a stage at a known point: a stage that ignores SIGINT and SIGTERM
+    (and whose child inherits that) runs past it, so only SIGKILL ends it; nothing outlives the call."""
+    pid_file = tmp_path / "child.pid"
+    stage = f"bash -c 'trap \"\" INT TERM; sleep 600 & echo $! > {pid_file}; wait'"
+    env = {**os.environ, "BANK": str(tmp_path / "bank"), "REPRO_OUT": str(tmp_path), "RUNS": str(tmp_path / "runs"),
+           "NAME": "t", "ITERATIONS": "1", "PIECES": "1", "VARIANTS": "agent-r", "BUDGET_S": "3", "RESERVE_S": "0",
+           "GRACE_S": "1", "STAGE_COMMAND": stage, "MACHINE": "here"}
+    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == UNFINISHED and "piece 1 was cut short" in done.stdout, done.stdout + done.stderr
+    [line] = (tmp_path / "bank" / CALLS).read_text().splitlines()
+    assert json.loads(line)["ended"] == "budget" and json.loads(line)["machine"] == "here"
+    child = int(pid_file.read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
 def test_variants_that_end_earlier_do_not_run_the_iteration():
     assert running_variants(["agent-r", "direct", "good", "eto"], 3, "good=1,eto=1") == ["agent-r", "direct"]
     assert running_variants(["good"], 1, "good=1") == ["good"]
