@@ -24,7 +24,7 @@ from agentenv_client.base import INSTRUCTION_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
 ROOTS = ("agent_r", "agentenv_client", "agentenv_servers")
-TEST_ONLY = {"pytest", "selenium", "hypothesis", "pytest-randomly"}   # requirements.txt lines for the test suite
+TEST_ONLY = {"pytest", "pytest-xdist", "selenium", "hypothesis", "pytest-randomly"}   # requirements.txt lines for the test suite
 
 
 def pyproject() -> dict:
