@@ -1,6 +1,6 @@
 """One self-training iteration of a run in pieces, in as many calls of a
 short-lived machine as it takes (a GPU machine's 600 s command, a CPU
-session's few hours): each call restores the bank, runs the stages it has
+machine that lasts a few hours): each call restores the bank, runs the stages it has
 time for, banks what they finished, and the next call, here or on a fresh
 machine, goes on from the bank.
 
