@@ -173,7 +173,7 @@ def run_call(call: Call) -> int:
         if ended == "budget":
             return stop(call, f"piece {j} was cut short: it runs again from its start")
         if ended != "done":
-            return 1
+            return failed(call, f"piece {j}/{call.pieces}", ended, call.runs / piece)
         slowest, first = max(slowest, time.monotonic() - t0), False
     if not first and call.left() <= 0:
         return stop(call, "no time left for the fine-tunes and evals")
@@ -182,7 +182,7 @@ def run_call(call: Call) -> int:
     if ended == "budget":
         return stop(call, "the fine-tunes and evals resume from the bank")
     if ended != "done":
-        return 1
+        return failed(call, "the merge, fine-tunes and evals", ended, call.runs / call.name)
     print(f"iteration {call.iteration} of {','.join(call.variants)} done and banked in {call.bank} "
           f"({time.monotonic() - call.started:.0f} s; record: {call.bank / CALLS})")
     return 0
@@ -191,6 +191,12 @@ def run_call(call: Call) -> int:
 def stop(call: Call, why: str) -> int:
     print(f"budget: {why}; banked in {call.bank}: call again to go on")
     return UNFINISHED
+
+
+def failed(call: Call, what: str, ended: str, run_folder: Path) -> int:
+    print(f"{what} {ended}: its logs are in {run_folder / 'logs'}; what it finished is banked in {call.bank}, "
+          "and the same command again retries the rest")
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
