@@ -101,6 +101,17 @@ def test_a_stage_that_will_not_stop_is_killed_with_its_children_and_the_call_say
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
 
 
+def test_a_failed_stage_is_recorded_and_the_call_says_where_to_look(tmp_path):
+    env = {**os.environ, "BANK": str(tmp_path / "bank"), "REPRO_OUT": str(tmp_path), "RUNS": str(tmp_path / "runs"),
+           "NAME": "t", "ITERATIONS": "1", "PIECES": "2", "VARIANTS": "good", "STAGE_COMMAND": "bash -c 'exit 5'",
+           "MACHINE": "here"}
+    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "piece 1/2 failed (exit 5)" in done.stdout and "retries" in done.stdout
+    [line] = (tmp_path / "bank" / CALLS).read_text().splitlines()   # piece 2 never started
+    assert json.loads(line)["ended"] == "failed (exit 5)"
+
+
 def test_variants_that_end_earlier_do_not_run_the_iteration():
     assert running_variants(["agent-r", "direct", "good", "eto"], 3, "good=1,eto=1") == ["agent-r", "direct"]
     assert running_variants(["good"], 1, "good=1") == ["good"]
