@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse(evaluation.EvalSettings, argv, description=__doc__, prog="eval.py")
     if settings.compare:
         summaries = report.compare_summaries(settings.compare, settings.task)
-        print(report.format_table(summaries))
+        print(report.compare(settings.compare, summaries=summaries))
         if settings.plot:
             print(f"plot: {plots.compare_plot(summaries, report.run_labels(summaries), settings.plot)}")
         return EXIT_OK

@@ -279,7 +279,8 @@ def _paired_rows(run_dirs: list[str], summaries: list[dict[str, Any]]) -> list[t
     return [("vs first: gained / lost (p)", cells)]
 
 
-def compare(run_dirs: list[str], task: str | None = None) -> str:
-    """The table of several finished runs; runs nothing."""
-    summaries = compare_summaries(run_dirs, task)
+def compare(run_dirs: list[str], task: str | None = None, summaries: list[dict[str, Any]] | None = None) -> str:
+    """The table of several finished runs (``summaries``: their compare_summaries, when the
+    caller has them already), each greedy run paired with the first; runs nothing."""
+    summaries = compare_summaries(run_dirs, task) if summaries is None else summaries
     return format_table(summaries, extra=_paired_rows(run_dirs, summaries))

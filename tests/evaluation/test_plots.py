@@ -32,6 +32,9 @@ def test_compare_plot_writes_a_png_of_the_runs(tmp_path, capsys):
     assert eval_script.main(["--compare", base, new, "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "iter0" in out and f"plot: {png}" in out
+    # the same four tasks, paired with the first run: iter1 solves 3 that iter0 does not, loses 1
+    paired = [line for line in out.splitlines() if line.startswith("vs first")]
+    assert len(paired) == 1 and "3 / 1 (p" in paired[0], out
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     from PIL import Image
