@@ -170,6 +170,9 @@ def run_call(call: Call) -> int:
         ended = run_stage(call, f"piece {j}/{call.pieces} of iteration {call.iteration}",
                           {**common, "PIECE": f"{j}/{call.pieces}"}, call.runs / piece, call.bank / "pieces" / piece,
                           call.left())
+        if ended == "budget" and first:
+            return stop(call, f"piece {j} did not finish in a whole command's budget and runs again from its start: "
+                              "cut the search into more pieces (PIECES) or give a command more time (BUDGET_S)")
         if ended == "budget":
             return stop(call, f"piece {j} was cut short: it runs again from its start")
         if ended != "done":
