@@ -15,7 +15,7 @@ from typing import Any
 
 from agent_r import conversation as conv
 from agent_r import passk, paths
-from agent_r.significance import paired
+from agent_r.significance import paired, wilson_interval
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
 from agent_r.revision import is_revision_turn, model_turns, revision_turns
@@ -216,8 +216,16 @@ def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
 
 def _revision_cell(summary: dict[str, Any]) -> str:
+    """Revising episodes, how many succeeded and the 95% Wilson interval of
+    that fraction: "45 (2, 1-15%)". The interval is there because the
+    fraction rests on tens of episodes, where a bare percentage misleads."""
     got = summary.get("revision_turns")
-    return f"{got['episodes']} ({got['succeeded']})" if got else "-"
+    if not got:
+        return "-"
+    interval = wilson_interval(got["succeeded"], got["episodes"])
+    if interval is None:
+        return "0 (0)"
+    return f"{got['episodes']} ({got['succeeded']}, {100 * interval[0]:.0f}-{100 * interval[1]:.0f}%)"
 
 
 def _after_cell(summary: dict[str, Any]) -> str:

@@ -148,4 +148,16 @@ def test_the_compare_table_says_what_follows_the_revision_turns_most_frequent_fi
     assert rows["next turn after one"].endswith("goal_craft 2, get 1")
 
 
+def test_the_compare_table_gives_the_revising_episodes_success_a_wilson_interval():
+    revising = [episode([REVISE_TURN, "Action: craft 1 dried kelp block"], success=i < 8) for i in range(60)]
+    never = [episode(["Action: inventory"])]
+    summary = {"task": "textcraft", "tasks": 61, "score_x100": 0.0, "success_rate": 0.0, "mean_steps": 2.0,
+               "step_limit": 0, "disaster": 0, "failed": 0,
+               "loops": {str(k): {"episodes": 0, "fraction": 0.0, "count": 0} for k in report.LOOP_LENGTHS},
+               "revision_turns": report.revision_turn_counts(revising + never, "textcraft"), "run_dir": "r"}
+    none = dict(summary, revision_turns=report.revision_turn_counts(never, "textcraft"), run_dir="s")
+    rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary, none]).splitlines()}
+    assert rows["revision turn eps (won)"].split()[-5:] == ["60", "(8,", "7-24%)", "0", "(0)"]
+
+
 REVISE_TURN = "Thought: I made a mistake somewhere in the previous steps. I will change my plan.\nAction: wait"
