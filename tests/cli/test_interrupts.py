@@ -1,20 +1,26 @@
-"""Ctrl-C (SIGINT) in the middle of a run: exit 130 with the resume hint, the
-finished outputs kept, and every env the run opened on the server closed."""
+"""Ctrl-C (SIGINT) or SIGTERM (kill, a scheduler) in the middle of a run: exit
+130 with the resume hint, the finished outputs kept, and every env the run
+opened on the server closed."""
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.support.faults import GATED, SEARCH_INNER, TABLE_INNER, Gate, files, live_envs, run_script
 
+ROOT = Path(__file__).resolve().parents[2]
 SEARCH_ENV = {"TASK": "textcraft", "MAX_DEPTH": "3", "ITERA": "3", "N_GEN": "3"}
 
 
-@pytest.mark.parametrize("script", ["mcts_collection.py", "eval.py"])
-def test_ctrl_c_closes_every_remote_env(tmp_path, own_server, script):
-    """SIGINT mid-run: exit 130 with the resume hint, the finished outputs are
+@pytest.mark.parametrize("script, signum", [("mcts_collection.py", signal.SIGINT), ("eval.py", signal.SIGINT),
+                                            ("eval.py", signal.SIGTERM)])
+def test_an_interrupt_closes_every_remote_env(tmp_path, own_server, script, signum):
+    """SIGINT or SIGTERM mid-run: exit 130 with the resume hint, the finished outputs are
     kept, and the server holds no live env afterwards (each tree/episode
     closed its client). The signal lands while the run is held at a model
     call after its first output, with 6 envs open on the server."""
@@ -35,9 +41,32 @@ def test_ctrl_c_closes_every_remote_env(tmp_path, own_server, script):
     gate.wait(proc)
     assert live_envs(url) == 6
     kept = files(out_dir)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted; finished outputs are kept" in err
     assert live_envs(url) == 0
     assert kept and files(out_dir) == kept     # the outputs finished before the signal, untouched
+
+
+def test_a_sigterm_that_a_library_swallowed_is_raised_again_after_its_wait():
+    """pyzmq's poll swallows the interrupt a SIGTERM raises while vLLM waits for
+    its engine to start; raise_if_signalled (called after that wait) ends the
+    run anyway, with the interrupt's exit code."""
+    code = (
+        "import os, signal, sys\n"
+        "from agent_r.settings import raise_if_signalled, run_cli\n"
+        "def main():\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, [])   # a point where the handler runs\n"
+        "    except KeyboardInterrupt:\n"
+        "        pass   # what the library does\n"
+        "    print('went on', flush=True)\n"
+        "    raise_if_signalled()\n"
+        "    print('not reached', flush=True)\n"
+        "run_cli(main)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stdout.split() == ["went", "on"]
+    assert "interrupted; finished outputs are kept" in done.stderr
