@@ -228,10 +228,21 @@ def _revision_cell(summary: dict[str, Any]) -> str:
     return f"{got['episodes']} ({got['succeeded']}, {100 * interval[0]:.0f}-{100 * interval[1]:.0f}%)"
 
 
+AFTER_KINDS_SHOWN = 6
+
+
 def _after_cell(summary: dict[str, Any]) -> str:
-    """What the turns after revision turns do, most frequent first: "goal_craft 5, get 2"."""
+    """What the turns after revision turns do, most frequent first: "goal_craft 5, get 2".
+    Sampled runs write dozens of one-off non-actions there ("continue[0]",
+    "thank"); past the first six kinds they are summed, so the table stays
+    readable (summary.json keeps every kind)."""
     after = (summary.get("revision_turns") or {}).get("after") or {}
-    return ", ".join(f"{k} {n}" for k, n in sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+    ranked = sorted(after.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = [f"{k} {n}" for k, n in ranked[:AFTER_KINDS_SHOWN]]
+    rest = ranked[AFTER_KINDS_SHOWN:]
+    if rest:
+        shown.append(f"{len(rest)} other kinds {sum(n for _, n in rest)}")
+    return ", ".join(shown) or "-"
 
 
 def env_of_run(run_dir: str | os.PathLike, task: str | None = None) -> EnvSpec:

@@ -161,3 +161,11 @@ def test_the_compare_table_gives_the_revising_episodes_success_a_wilson_interval
 
 
 REVISE_TURN = "Thought: I made a mistake somewhere in the previous steps. I will change my plan.\nAction: wait"
+
+
+def test_the_compare_table_sums_the_rare_kinds_after_the_revision_turn():
+    summary = {"revision_turns": {"after": {"goal_craft": 9, "get": 5, "craft": 4, "revision": 3, "end": 2,
+                                            "continue": 2, "thank": 1, "continue[0]": 1, "exit": 1}}}
+    assert report._after_cell(summary) == ("goal_craft 9, get 5, craft 4, revision 3, continue 2, end 2, "
+                                           "3 other kinds 3")
+    assert report._after_cell({"revision_turns": {"after": {}}}) == "-"
