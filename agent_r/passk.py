@@ -114,6 +114,22 @@ def paired_difference(reference: Mapping[str, Mapping[str, int]], other: Mapping
     return {"tasks": len(keys), "value": _round(sum(diffs) / len(diffs)), "ci95": [_round(low), _round(high)]}
 
 
+def solved_overlap(reference: Mapping[str, Mapping[str, int]], other: Mapping[str, Mapping[str, int]]
+                   ) -> dict[str, int] | None:
+    """Tasks solved at least once by each run, on the tasks both played with
+    as many episodes: whether ``other`` reaches tasks ``reference`` never
+    does (it widens) or only solves the same ones more often (it sharpens),
+    which Pass@k's averages alone do not show. Unequal episode counts (a
+    run still going) would favour the run with more tries, so such tasks are
+    left out. None when no task is shared."""
+    keys = [key for key in reference if key in other and reference[key]["episodes"] == other[key]["episodes"]]
+    if not keys:
+        return None
+    ref = {key for key in keys if reference[key]["successes"]}
+    new = {key for key in keys if other[key]["successes"]}
+    return {"tasks": len(keys), "both": len(ref & new), "only_other": len(new - ref), "only_reference": len(ref - new)}
+
+
 def percent_cell(entry: Mapping[str, Any] | None, signed: bool = False) -> str:
     """``{"value", "ci95"}`` as a table shows it: "41.5 [33.0, 50.0]" (percent),
     with signs for a difference; "-" for none."""

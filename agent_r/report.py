@@ -200,8 +200,9 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
 
 
 def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
-    """Pass@k of sampled runs with its 95% interval, and each run's
-    difference from the first, paired by task (none without a sampled run)."""
+    """Pass@k of sampled runs with its 95% interval, each run's difference
+    from the first, paired by task, and the tasks each solves that the other
+    never does (none without a sampled run)."""
     ks = sorted({int(k) for s in summaries for k in s.get("pass_at_k", {})})
     rows: list[tuple[str, list[str]]] = []
     for k in ks:
@@ -212,7 +213,19 @@ def _pass_rows(summaries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         cells = ["-"] + [passk.percent_cell(passk.paired_difference(first, s["per_task"], k), signed=True)
                          if s.get("per_task") else "-" for s in summaries[1:]]
         rows.append((f"pass@{k} - first, paired", cells))
+    if first and len(summaries) > 1 and ks:
+        rows.append(("solved >=1: only / first only", ["-"] + [_overlap_cell(first, s.get("per_task"))
+                                                                for s in summaries[1:]]))
     return rows
+
+
+def _overlap_cell(first: dict[str, Any], other: dict[str, Any] | None) -> str:
+    """Tasks only this run solves at least once, tasks only the first does, and
+    tasks both do, on the tasks both played: "6 / 0 (28 both, of 100)"."""
+    got = passk.solved_overlap(first, other) if other else None
+    if not got:
+        return "-"
+    return f"{got['only_other']} / {got['only_reference']} ({got['both']} both, of {got['tasks']})"
 
 
 def _revision_cell(summary: dict[str, Any]) -> str:

@@ -116,3 +116,16 @@ def test_sampled_revision_episodes_replay_their_prefix_and_count_per_row(tmp_pat
     assert sorted(replayed) == [1, 1, 2, 2]
     assert sorted(summary["per_task"]) == ["0_0", "0_1"]
     assert all(c["episodes"] == 2 for c in summary["per_task"].values())
+
+
+def test_solved_overlap_counts_tasks_each_run_reaches_on_equal_tries():
+    """Widening is a task the other run solves and the first never does; a task
+    one run has played fewer times (a run still going) is not counted."""
+    first = {"1": {"episodes": 4, "successes": 1}, "2": {"episodes": 4, "successes": 0},
+             "3": {"episodes": 4, "successes": 2}, "4": {"episodes": 4, "successes": 0},
+             "5": {"episodes": 4, "successes": 0}}
+    other = {"1": {"episodes": 4, "successes": 3}, "2": {"episodes": 4, "successes": 1},
+             "3": {"episodes": 4, "successes": 0}, "4": {"episodes": 2, "successes": 1}}
+    got = passk.solved_overlap(first, other)
+    assert got == {"tasks": 3, "both": 1, "only_other": 1, "only_reference": 1}
+    assert passk.solved_overlap(first, {"9": {"episodes": 4, "successes": 1}}) is None

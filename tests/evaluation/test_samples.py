@@ -228,3 +228,7 @@ def test_compare_shows_pass_at_k_and_the_paired_difference(tmp_path, textcraft_s
     lines = {line.split("  ")[0]: line for line in table.splitlines()}
     assert set(lines) >= {"pass@1 % [95% CI]", "pass@2 % [95% CI]", "pass@4 % [95% CI]", "pass@4 - first, paired"}
     assert f"{100 * diff['value']:+.1f} [" in lines["pass@4 - first, paired"]
+    overlap = passk.solved_overlap(low.summary["per_task"], high.summary["per_task"])
+    assert overlap["only_other"] >= 1 and overlap["only_reference"] == 0     # task 0: odds 1.0 against 0.0
+    assert (f"{overlap['only_other']} / 0 ({overlap['both']} both, of 4)"
+            in lines["solved >=1: only / first only"])
