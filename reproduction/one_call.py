@@ -120,17 +120,26 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     t0 = time.monotonic()
     inherited = {k: v for k, v in os.environ.items() if k not in ("PIECE", "MERGE")}
     proc = subprocess.Popen(call.command, env={**inherited, **env}, start_new_session=True)
+    interrupted = False
     try:
         rc = proc.wait(timeout=max(limit - call.grace_s, 1))
         ended = "done" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
         stop_group(proc, call.grace_s)
         ended = "budget"
+    except KeyboardInterrupt:
+        # The stage has a session of its own, so the terminal's Ctrl-C (or a SIGTERM,
+        # which run_cli turns into one) reaches this process alone: stop the stage
+        # as the budget's end would, or its search runs on with nobody to bank it.
+        stop_group(proc, call.grace_s)
+        ended, interrupted = "interrupted", True
     seconds = time.monotonic() - t0
     if run_folder.is_dir():   # the stage banks at its own exit; again here, for one cut short
         bank(run_folder, bank_folder, call.limit_root)
     record(call, stage, seconds, ended)
     log.info("%s: %s after %.0f s", stage, ended, seconds)
+    if interrupted:
+        raise KeyboardInterrupt
     return ended
 
 

@@ -8,11 +8,14 @@ estimate that only the first piece fits under, never racing the clock. Test doub
 policy, not a model."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +127,33 @@ def test_bad_settings_get_one_line(tmp_path, env, says):
     done = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env={**base, **env},
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_call_stops_its_stage_and_records_it(tmp_path, signum):
+    """The stage runs in a session of its own, out of reach of the terminal's
+    Ctrl-C: the call must stop it, or a search runs on that nobody banks. The
+    stage writes its pid once it runs (the gate), then waits for a signal."""
+    started = tmp_path / "stage.pid"
+    stage = f"bash -c 'echo $$ > {started}.tmp; mv {started}.tmp {started}; sleep 600 & wait'"
+    env = {**os.environ, "BANK": str(tmp_path / "bank"), "REPRO_OUT": str(tmp_path), "RUNS": str(tmp_path / "runs"),
+           "NAME": "t", "ITERATIONS": "1", "PIECES": "1", "VARIANTS": "agent-r", "BUDGET_S": "100000",
+           "GRACE_S": "5", "STAGE_COMMAND": stage, "MACHINE": "here"}
+    call = subprocess.Popen([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not started.exists():
+            assert call.poll() is None, call.communicate()
+            time.sleep(0.05)
+        call.send_signal(signum)
+        out, err = call.communicate(timeout=120)
+        stage_pid = int(started.read_text())
+        left = Path(f"/proc/{stage_pid}").exists() and "Z" not in Path(f"/proc/{stage_pid}/stat").read_text().split()[2]
+    finally:
+        call.kill()
+        if started.exists():   # a failing run must not leave the stage behind either
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(started.read_text()), signal.SIGKILL)
+    assert call.returncode == 130 and not left, out + err
+    [line] = (tmp_path / "bank" / CALLS).read_text().splitlines()
+    assert json.loads(line)["ended"] == "interrupted"
