@@ -2,13 +2,15 @@
 always strict (no NaN/Infinity), so any parser can read what we write."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 
 def _umask() -> int:
@@ -107,3 +109,17 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+@contextmanager
+def locked(folder: str | os.PathLike) -> Iterator[None]:
+    """An exclusive lock on a folder (made if missing), held by this process until
+    the block ends: two processes that read, change and rewrite one file in it take
+    turns. No lock file is left behind."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # releases the lock

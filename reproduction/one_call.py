@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent_r.io import atomic_write_text
+from agent_r.io import atomic_write_text, locked
 from agent_r.settings import UsageError, run_cli, setup_logging
 from reproduction.pieces import bank, status
 
@@ -104,12 +104,14 @@ def pieces_to_run(call: Call) -> list[int]:
 
 
 def record(call: Call, stage: str, seconds: float, ended: str) -> None:
-    """Adds the stage's line to the bank's record (rewritten whole, atomically)."""
+    """Adds the stage's line to the bank's record (rewritten whole, atomically,
+    under the bank's lock: calls of two variants may share the bank)."""
     path = call.bank / CALLS
     line = json.dumps({"call": call.id, "machine": call.machine, "stage": stage, "iteration": call.iteration,
                        "variants": call.variants, "seconds": round(seconds, 1), "ended": ended})
-    old = path.read_text() if path.exists() else ""
-    atomic_write_text(path, old + line + "\n")
+    with locked(call.bank):
+        old = path.read_text() if path.exists() else ""
+        atomic_write_text(path, old + line + "\n")
 
 
 def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, bank_folder: Path,

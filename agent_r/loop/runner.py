@@ -4,11 +4,8 @@ data, train and eval, each stage resumed or skipped by its done-marker
 (agent_r/loop/stages.py); a results row per finished iteration."""
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import shutil
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -16,7 +13,7 @@ from typing import Any, Callable, Optional
 from tqdm import tqdm
 
 from agent_r.envs import get_env, identify_server
-from agent_r.io import read_json
+from agent_r.io import locked, read_json
 from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
@@ -97,7 +94,7 @@ class Loop:
         rebuilt from its adapter (LORA_RANK), else redone, only where a stage
         still to run reads the model; one process at a time, so runs that
         share an iteration (pieces) make it once."""
-        with _locked(model_dir):
+        with locked(model_dir):
             if self.trained(k, variant) and not self.layout.hf(k, variant).exists() and self.model_needed(k, variant) \
                     and not self.rebuild(k, variant):
                 log.warning("model_%d of %s is gone (%s): fine-tuning it again", k, variant, model_dir)
@@ -226,18 +223,6 @@ class Loop:
             return {"trainer": None, "skipped": "no training samples"}
         return train_stage(self.settings, self.pool, trainer, start, files, out,
                            self.settings.train_knobs(k))
-
-
-@contextmanager
-def _locked(folder: Path):
-    """An exclusive lock on a folder (made if missing) held by this process; no lock file is left."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)   # releases the lock
 
 
 @dataclass

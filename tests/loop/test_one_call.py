@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_r.io import locked
 from agent_r.paths import EXPORT_FILE
 from reproduction.one_call import CALLS, UNFINISHED, running_variants
 from reproduction.pieces import ARCHIVE, bank as bank_run, status
@@ -157,3 +158,35 @@ def test_an_interrupted_call_stops_its_stage_and_records_it(tmp_path, signum):
     assert call.returncode == 130 and not left, out + err
     [line] = (tmp_path / "bank" / CALLS).read_text().splitlines()
     assert json.loads(line)["ended"] == "interrupted"
+
+
+def waits_on_a_lock(pid: int) -> bool:
+    """Whether ``pid`` is blocked on a flock (/proc/locks lists waiters after "->")."""
+    return any(line.split()[1] == "->" and line.split()[5] == str(pid)
+               for line in Path("/proc/locks").read_text().splitlines() if len(line.split()) > 5)
+
+
+def test_calls_of_two_variants_sharing_a_bank_keep_each_others_record_lines(tmp_path):
+    """Agent-r's and direct's calls may run side by side on one bank; each
+    rewrites calls.jsonl whole. The test holds the bank's lock as the other
+    call would while it rewrites, and opens it only once this call waits on
+    it (the gate): a record written without the lock would lose a line."""
+    bank = tmp_path / "bank"
+    env = {**os.environ, "BANK": str(bank), "REPRO_OUT": str(tmp_path), "RUNS": str(tmp_path / "runs"),
+           "NAME": "t", "ITERATIONS": "1", "PIECES": "1", "VARIANTS": "direct", "STAGE_COMMAND": "bash -c 'exit 5'",
+           "MACHINE": "here"}
+    with locked(bank):
+        call = subprocess.Popen([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env,
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while not waits_on_a_lock(call.pid):
+                assert call.poll() is None, "the call recorded its stage without waiting for the bank's lock"
+                time.sleep(0.05)
+            (bank / CALLS).write_text(json.dumps({"call": "agent-r's", "stage": "piece 7/100"}) + "\n")
+        except BaseException:
+            call.kill()
+            raise
+    out, err = call.communicate(timeout=120)
+    assert call.returncode == 1, out + err
+    lines = [json.loads(line) for line in (bank / CALLS).read_text().splitlines()]
+    assert [line["call"] for line in lines][0] == "agent-r's" and lines[1]["ended"] == "failed (exit 5)"
