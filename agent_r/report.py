@@ -188,6 +188,7 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
         rows.append((f"loop k={k} % eps / count", cells))
     rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
     rows.append(("next turn after one", [_after_cell(s) for s in summaries]))
+    rows.append(("wins: no revision / revised", [_wins_cell(s) for s in summaries]))
     rows += _pass_rows(summaries) + (extra or [])
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
@@ -239,6 +240,17 @@ def _revision_cell(summary: dict[str, Any]) -> str:
     if interval is None:
         return "0 (0)"
     return f"{got['episodes']} ({got['succeeded']}, {100 * interval[0]:.0f}-{100 * interval[1]:.0f}%)"
+
+
+def _wins_cell(summary: dict[str, Any]) -> str:
+    """The run's successful episodes split into those without a revision turn
+    and those with one: "70 / 19". A gain over the base made of the second
+    kind is the turn's doing; one made of the first is a better first try."""
+    got = summary.get("revision_turns")
+    if not got:
+        return "-"
+    wins = round(summary["success_rate"] * summary.get("episodes", summary["tasks"]))
+    return f"{wins - got['succeeded']} / {got['succeeded']}"
 
 
 AFTER_KINDS_SHOWN = 6

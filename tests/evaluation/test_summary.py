@@ -169,3 +169,19 @@ def test_the_compare_table_sums_the_rare_kinds_after_the_revision_turn():
     assert report._after_cell(summary) == ("goal_craft 9, get 5, craft 4, revision 3, continue 2, end 2, "
                                            "3 other kinds 3")
     assert report._after_cell({"revision_turns": {"after": {}}}) == "-"
+
+
+def test_the_compare_table_splits_the_wins_into_episodes_without_and_with_a_revision_turn():
+    """8 of 60 revising episodes and 3 of 5 that never revise succeed: a
+    sampled run's rate is over its episodes, not its tasks."""
+    revising = [episode([REVISE_TURN, "Action: craft 1 dried kelp block"], success=i < 8) for i in range(60)]
+    never = [episode(["Action: inventory"], success=i < 3) for i in range(5)]
+    summary = {"task": "textcraft", "tasks": 13, "episodes": 65, "score_x100": 0.0, "success_rate": 11 / 65,
+               "mean_steps": 2.0, "step_limit": 0, "disaster": 0, "failed": 0,
+               "loops": {str(k): {"episodes": 0, "fraction": 0.0, "count": 0} for k in report.LOOP_LENGTHS},
+               "revision_turns": report.revision_turn_counts(revising + never, "textcraft"), "run_dir": "r"}
+    greedy = dict(summary, tasks=5, success_rate=3 / 5, revision_turns=report.revision_turn_counts(never, "textcraft"),
+                  run_dir="s")
+    del greedy["episodes"]
+    rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary, greedy]).splitlines()}
+    assert rows["wins: no revision / revised"].split()[-6:] == ["3", "/", "8", "3", "/", "0"]
