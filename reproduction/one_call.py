@@ -6,7 +6,8 @@ machine, goes on from the bank.
 
 Stages, in order: the pieces of iteration ITERATIONS's search not yet in the
 bank (reproduce_paper.sh with PIECE=j/n: search and data of part j of the
-train tasks), then the rest (MERGE=n: the pieces joined, each variant's
+train tasks; banked pieces of another n hold their tasks, so n may change
+mid-iteration), then the rest (MERGE=n: the banked pieces joined, each variant's
 fine-tune, its evals on the test tasks and the revision task, the table).
 
 The budget: the call ends BUDGET_S seconds after it starts, the last
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from agent_r.io import atomic_write_text, locked
 from agent_r.settings import UsageError, run_cli, setup_logging
-from reproduction.pieces import bank, status
+from reproduction.pieces import bank, piece_name, status
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ def run_call(call: Call) -> int:
     for j in pieces_to_run(call):
         if not first and call.left() < slowest:
             return stop(call, f"piece {j}/{call.pieces} needs ~{slowest:.0f} s, {max(call.left(), 0):.0f} s left")
-        piece = f"{call.name}-i{call.iteration}-piece-{j:02d}-of-{call.pieces:02d}"
+        piece = piece_name(call.name, call.iteration, j, call.pieces)
         t0 = time.monotonic()
         ended = run_stage(call, f"piece {j}/{call.pieces} of iteration {call.iteration}",
                           {**common, "PIECE": f"{j}/{call.pieces}"}, call.runs / piece, call.bank / "pieces" / piece,

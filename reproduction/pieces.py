@@ -47,6 +47,7 @@ import argparse
 import gzip
 import io
 import logging
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ BANKED_STAGES = ("search", "data", "train", "eval")
 MARKER_ONLY = ("search", "train")   # their trees and weights stay behind
 ARCHIVE = "state.tar.gz"   # a bank folder's archive (adapters lie beside it)
 EPISODES = "episodes"      # under a bank: <eval run folder, relative to the run>.tar.gz, one per eval run
+SPLIT_FILE = "train_tasks.json"   # a run's (and a piece's) task list, banked at its root
 LIMIT_MB = 100              # the most a run's committed folder may hold
 
 
@@ -392,35 +394,134 @@ def _archived_json(archive: Path) -> dict[str, Any]:
         return {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.name.endswith(".json")}
 
 
+def piece_name(name: str, iteration: int, j: int, of: int) -> str:
+    """A piece's run folder and bank folder: part ``j`` of ``of`` of iteration ``iteration``'s train tasks."""
+    return f"{name}-i{iteration}-piece-{j:02d}-of-{of:02d}"
+
+
+def _span(j: int, of: int, n: int) -> tuple[int, int]:
+    """The task indices part ``j`` of ``of`` holds of ``n`` (slice_tasks's cut)."""
+    return (j - 1) * n // of, j * n // of
+
+
+def _finished(files: dict[str, Any], iteration: int, variant: str | None) -> bool:
+    """Whether a piece's archived markers hold ``variant``'s search and data (any variant's, with None)."""
+    def marked(stage: str) -> bool:
+        return any(k.startswith(f"iter_{iteration}/{stage}/") and k.endswith(MARKER)
+                   and (variant is None or k.split("/")[2] in (variant, BASE)) for k in files)
+    return marked("trees") and marked("data")
+
+
+def _banked(bank_dir: Path, name: str, iteration: int) -> dict[str, tuple[int, int, dict[str, Any]]]:
+    """Every banked piece of the iteration, whatever PIECES cut it: {folder: (j, of, its archived JSON)}."""
+    found = {}
+    for folder in sorted((bank_dir / "pieces").glob(f"{name}-i{iteration}-piece-*-of-*")):
+        cut = re.fullmatch(rf"{re.escape(name)}-i{iteration}-piece-(\d+)-of-(\d+)", folder.name)
+        if cut and (folder / ARCHIVE).exists():
+            found[folder.name] = (int(cut[1]), int(cut[2]), _archived_json(folder / ARCHIVE))
+    return found
+
+
+def _spans(banked: dict[str, tuple[int, int, dict]], bank_dir: Path, iteration: int,
+           variants: list[str | None]) -> tuple[int, dict[str, tuple[int, int]]] | None:
+    """(the run's task count, {piece: its task span}) of the banked pieces finished
+    for every one of ``variants``, whatever their PIECES; None where the bank
+    lacks the run's task list. A piece whose own task list is not its span of
+    the run's (the list changed since) is left out: it is run again."""
+    archive = bank_dir / ARCHIVE
+    tasks = _archived_json(archive).get(SPLIT_FILE) if archive.exists() else None
+    if not isinstance(tasks, list) or not tasks:
+        return None
+    ids = [t.get("item_id") for t in tasks]
+    spans = {}
+    for piece, (j, of, files) in banked.items():
+        if of > len(ids) or not all(_finished(files, iteration, v) for v in variants):
+            continue
+        lo, hi = _span(j, of, len(ids))
+        own = files.get(SPLIT_FILE)
+        if own is None or [t.get("item_id") for t in own] == ids[lo:hi]:
+            spans[piece] = (lo, hi)
+        else:
+            log.warning("%s: its tasks are not part %d of %d of the run's task list; left out", piece, j, of)
+    return len(ids), spans
+
+
+def _plan(bank_dir: Path, name: str, iteration: int, of: int,
+          variants: list[str | None]) -> list[tuple[str, bool]]:
+    """The pieces, in task order, that hold iteration ``iteration``'s search and
+    data for ``variants``: (piece, whether it is still to run). The banked
+    pieces count whatever PIECES cut them, so a run that changed PIECES
+    mid-iteration keeps what it finished; what they leave is run as parts of
+    ``of``: the fewest such parts, then the fewest pieces."""
+    banked = _banked(bank_dir, name, iteration)
+    known = _spans(banked, bank_dir, iteration, variants)
+    finished = {piece_name(name, iteration, j, of) for j in range(1, of + 1)} & {
+        piece for piece, (_, _, files) in banked.items() if all(_finished(files, iteration, v) for v in variants)}
+    if known is None or of > known[0]:   # no task list to line other cuts up with: the parts of ``of`` alone
+        return [(piece_name(name, iteration, j, of), piece_name(name, iteration, j, of) not in finished)
+                for j in range(1, of + 1)]
+    n, spans = known
+    edges = [(lo, hi, piece, False) for piece, (lo, hi) in spans.items()]
+    edges += [(*_span(j, of, n), piece_name(name, iteration, j, of), True) for j in range(1, of + 1)
+              if piece_name(name, iteration, j, of) not in spans]
+    best: dict[int, tuple[tuple[int, int], list[tuple[str, bool]]]] = {0: ((0, 0), [])}
+    for pos in range(n):   # every piece ends after it starts, so ``pos`` is settled when reached
+        if pos not in best:
+            continue
+        (runs, count), path = best[pos]
+        for lo, hi, piece, to_run in sorted(edges):
+            cost = (runs + to_run, count + 1)
+            if lo == pos and (hi not in best or cost < best[hi][0]):
+                best[hi] = (cost, path + [(piece, to_run)])
+    return best[n][1]
+
+
+def cover(bank_dir: Path, name: str, iteration: int, of: int, variants: list[str]) -> list[str]:
+    """The banked pieces, in task order, that MERGE=``of`` joins for ``variants``."""
+    plan = _plan(bank_dir, name, iteration, of, list(variants) or [None])
+    missing = [piece for piece, to_run in plan if to_run]
+    if missing:
+        raise UsageError(f"{', '.join(missing)} of iteration {iteration} ({','.join(variants) or 'any variant'}) "
+                         f"not in {bank_dir}: run them first (PIECE=j/{of}), or merge each variant with "
+                         "VARIANTS of its own")
+    return [piece for piece, _ in plan]
+
+
 def status(bank_dir: Path, name: str, iteration: int, of: int,
            variant: str | None = None) -> tuple[list[list[str]], list[int]]:
-    """(a row per banked piece of iteration ``iteration``, the parts still to
-    run); with ``variant``, that variant's search and data only: from
-    iteration 2 on each variant searches with its own model, piece by piece."""
+    """(a row per banked piece of iteration ``iteration``, the parts of ``of``
+    still to run); with ``variant``, that variant's search and data only: from
+    iteration 2 on each variant searches with its own model, piece by piece.
+    Banked pieces of another PIECES hold their tasks; their rows are labelled j/PIECES."""
     rows, todo = [], []
-    for j in range(1, of + 1):
-        piece = f"{name}-i{iteration}-piece-{j:02d}-of-{of:02d}"
-        archive = bank_dir / "pieces" / piece / ARCHIVE
-        files = _archived_json(archive) if archive.exists() else {}
-        def wanted(k: str) -> bool:
-            return variant is None or k.split("/")[2] in (variant, BASE)
-        data = {k.split("/")[2]: v["stats"] for k, v in files.items()
-                if k.startswith(f"iter_{iteration}/data/") and k.endswith(MARKER) and wanted(k)}
-        searches = {k: v for k, v in files.items()
-                    if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MARKER) and wanted(k)}
-        if not data or not searches:
+    banked = _banked(bank_dir, name, iteration)
+    for piece, to_run in _plan(bank_dir, name, iteration, of, [variant]):
+        j, pof = int(piece.split("-")[-3]), int(piece.split("-")[-1])
+        if to_run:
             todo.append(j)
-            continue
-        trees = summed([next(iter(v["stats"].values())) for v in searches.values()])
-        seconds = sum(v["seconds"] for v in searches.values())
-        samples = sum(v["stats"]["backend"]["samples"] for k, v in files.items()
-                      if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MANIFEST) and wanted(k))
-        revision = sum(next(iter(d["tasks"].values())).get("revision_samples", 0) for v, d in data.items()
-                       if v == "agent-r")
-        rows.append([str(j), str(trees["trees"]), str(trees["trees_with_success"]), str(revision),
-                     str(sum(d["train_samples"] for d in data.values())), f"{seconds / 60:.0f}",
-                     f"{samples / seconds:.2f}" if samples and seconds else "-"])
+        else:
+            rows.append([str(j) if pof == of else f"{j}/{pof}", *_counts(banked[piece][2], iteration, variant)])
     return rows, todo
+
+
+def _counts(files: dict[str, Any], iteration: int, variant: str | None) -> list[str]:
+    """A finished piece's row: trees, with a success, agent-r revision samples, train samples,
+    search minutes, search samples a second."""
+    def wanted(k: str) -> bool:
+        return variant is None or k.split("/")[2] in (variant, BASE)
+    data = {k.split("/")[2]: v["stats"] for k, v in files.items()
+            if k.startswith(f"iter_{iteration}/data/") and k.endswith(MARKER) and wanted(k)}
+    searches = {k: v for k, v in files.items()
+                if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MARKER) and wanted(k)}
+    trees = summed([next(iter(v["stats"].values())) for v in searches.values()])
+    seconds = sum(v["seconds"] for v in searches.values())
+    samples = sum(v["stats"]["backend"]["samples"] for k, v in files.items()
+                  if k.startswith(f"iter_{iteration}/trees/") and k.endswith(MANIFEST) and wanted(k))
+    revision = sum(next(iter(d["tasks"].values())).get("revision_samples", 0) for v, d in data.items()
+                   if v == "agent-r")
+    return [str(trees["trees"]), str(trees["trees_with_success"]), str(revision),
+            str(sum(d["train_samples"] for d in data.values())), f"{seconds / 60:.0f}",
+            f"{samples / seconds:.2f}" if samples and seconds else "-"]
 
 
 # --------------------------------------------------------------------------- cli
@@ -452,6 +553,12 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--iteration", type=int, required=True)
     st.add_argument("--of", type=int, required=True)
     st.add_argument("--variant", help="that variant's search and data only (default: every variant's, summed)")
+    cv = sub.add_parser("cover", help="the banked pieces that MERGE=OF joins, comma-separated, in task order")
+    cv.add_argument("--bank", required=True)
+    cv.add_argument("--name", required=True, help="the whole run's name (NAME)")
+    cv.add_argument("--iteration", type=int, required=True)
+    cv.add_argument("--of", type=int, required=True)
+    cv.add_argument("--variants", default="", help="the variants merged (default: any)")
     args, rest = parser.parse_known_args(argv)
     setup_logging()
     if args.command == "slice":
@@ -468,7 +575,10 @@ def main(argv: list[str] | None = None) -> int:
                 "search min", "search samples/s"]
         for row in [head, ["---"] * len(head), *rows]:
             print("| " + " | ".join(row) + " |")
-        print(f"{len(rows)} of {args.of} pieces banked; to run: {' '.join(map(str, todo)) or 'none'}")
+        print(f"{len(rows)} pieces banked; parts of {args.of} to run: {' '.join(map(str, todo)) or 'none'}")
+    elif args.command == "cover":
+        print(",".join(cover(Path(args.bank), args.name, args.iteration, args.of,
+                             [v for v in args.variants.split(",") if v])))
     elif args.command == "restore":
         print(f"restored {restore(Path(args.bank), Path(args.run))} files of {args.bank} into {args.run}")
     else:

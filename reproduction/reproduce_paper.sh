@@ -21,7 +21,8 @@
 # (reproduction/pieces.py): ITERATIONS=0 evaluates the base model only; PIECE=j/n searches part j
 # of n of the train tasks in iteration $ITERATIONS and builds its data (STOP_AFTER=data) in
 # the run $NAME-piece-j-of-n; BANK=dir restores the run's banked state first and banks it
-# again at the end; MERGE=n joins the n pieces of iteration $ITERATIONS into the run.
+# again at the end; MERGE=n joins the n pieces of iteration $ITERATIONS into the run (with BANK:
+# the banked pieces that hold its n parts, whatever PIECES cut them).
 set -euo pipefail
 # bash reads a script while it runs it, so an edit of this file would derail a run of
 # many hours: run a private copy (cwd: the repository), unlinked once bash has it open
@@ -231,9 +232,13 @@ if [ -n "$PIECE" ]; then
   exit 0
 fi
 if [ -n "$MERGE" ]; then
-  pieces=$(for ((j = 1; j <= MERGE; j++)); do printf '%s/%s,' "$RUNS" "$(piece_name "$j" "$MERGE")"; done)
-  for ((j = 1; j <= MERGE; j++)); do   # each piece's banked state, where its run folder is gone
-    piece=$(piece_name "$j" "$MERGE")
+  names=$(for ((j = 1; j <= MERGE; j++)); do printf '%s,' "$(piece_name "$j" "$MERGE")"; done)
+  # with a bank: the banked pieces that hold the MERGE parts, of whatever PIECES cut them (a run may change it mid-way)
+  [ -z "$BANK" ] || names=$("$PY" -m reproduction.pieces cover --bank "$BANK" --name "$NAME" \
+      --iteration "$ITERATIONS" --of "$MERGE" --variants "$(variants_at "$ITERATIONS")")
+  pieces=""
+  for piece in ${names//,/ }; do   # each piece's banked state, where its run folder is gone
+    pieces+="$RUNS/$piece,"
     [ -z "$BANK" ] || "$PY" -m reproduction.pieces restore --bank "$BANK/pieces/$piece" --run "$RUNS/$piece"
   done
   # only this command's variants: another variant's pieces of the same iteration may still be running

@@ -274,3 +274,78 @@ def test_merged_statistics_add_counts_and_histograms_and_recompute_the_mean():
         "tasks": {"textcraft": {"pairs": 3, "first_bad": {"1": 1, "3": 2, "none": 2}, "mean_first_bad_step": 2.333}},
         "train_samples": 6}
     assert pieces.merge_stats([none, none])["tasks"]["textcraft"]["mean_first_bad_step"] is None
+
+
+# --------------------------------------------------------------------------- pieces of two PIECES in one bank
+
+RUN_TASKS = [{"item_id": f"textcraft_{i}"} for i in range(10)]
+
+
+def bank_piece(bank: Path, tmp_path: Path, j: int, of: int, variants: tuple[str, ...] = ("agent-r",),
+               tasks: list[dict] | None = None) -> str:
+    """Banks a finished piece of iteration 2 (its task list, search and data markers) as the run would."""
+    name = pieces.piece_name("r", 2, j, of)
+    run = tmp_path / "runs" / name
+    own = RUN_TASKS[(j - 1) * len(RUN_TASKS) // of: j * len(RUN_TASKS) // of] if tasks is None else tasks
+    (run / "iter_2").mkdir(parents=True)
+    (run / pieces.SPLIT_FILE).write_text(json.dumps(own))
+    for v in variants:
+        for stage, folder, stats in (("search", "trees", {"textcraft": {"trees": len(own), "trees_with_success": 1}}),
+                                     ("data", "data", {"tasks": {"textcraft": {}}, "train_samples": 2 * len(own)})):
+            (run / "iter_2" / folder / v).mkdir(parents=True)
+            (run / "iter_2" / folder / v / ".done.json").write_text(
+                json.dumps({"stage": stage, "stats": stats, "seconds": 60}))
+    pieces.bank(run, bank / "pieces" / name)
+    return name
+
+
+@pytest.fixture
+def bank_of_run(tmp_path) -> Path:
+    """A bank holding the run's task list (10 tasks), as the whole run banks it."""
+    run = tmp_path / "runs" / "r"
+    run.mkdir(parents=True)
+    (run / pieces.SPLIT_FILE).write_text(json.dumps(RUN_TASKS))
+    pieces.bank(run, tmp_path / "bank")
+    return tmp_path / "bank"
+
+
+def test_a_run_that_cuts_its_pieces_larger_mid_iteration_keeps_the_small_ones_it_finished(bank_of_run, tmp_path):
+    small = [bank_piece(bank_of_run, tmp_path, j, 10) for j in range(1, 7)]   # tasks 0-5 in pieces of one task
+    rows, todo = pieces.status(bank_of_run, "r", 2, 5, "agent-r")
+    assert todo == [4, 5]   # part 3 of 5 (tasks 4, 5) is held by pieces 5 and 6 of 10
+    assert [r[0] for r in rows] == [f"{j}/10" for j in range(1, 7)] and rows[0][1:3] == ["1", "1"]
+    with pytest.raises(UsageError, match=r"r-i2-piece-04-of-05, r-i2-piece-05-of-05 .*PIECE=j/5"):
+        pieces.cover(bank_of_run, "r", 2, 5, ["agent-r"])
+    large = [bank_piece(bank_of_run, tmp_path, j, 5) for j in (4, 5)]
+    assert pieces.status(bank_of_run, "r", 2, 5, "agent-r")[1] == []
+    assert pieces.cover(bank_of_run, "r", 2, 5, ["agent-r"]) == small + large
+    assert pieces.status(bank_of_run, "r", 2, 10, "agent-r")[1] == []   # and the other way, the same cover
+
+
+def test_a_run_that_cuts_its_pieces_smaller_keeps_the_large_ones_and_runs_only_the_rest(bank_of_run, tmp_path):
+    bank_piece(bank_of_run, tmp_path, 1, 5)   # tasks 0, 1
+    rows, todo = pieces.status(bank_of_run, "r", 2, 10, "agent-r")
+    assert todo == list(range(3, 11)) and [r[0] for r in rows] == ["1/5"]
+
+
+def test_pieces_count_only_for_their_own_variants_and_their_own_tasks(bank_of_run, tmp_path):
+    bank_piece(bank_of_run, tmp_path, 1, 10, ("direct",))
+    bank_piece(bank_of_run, tmp_path, 2, 10, tasks=[{"item_id": "textcraft_99"}])   # cut from another task list
+    bank_piece(bank_of_run, tmp_path, 3, 10, ("agent-r", "direct"))
+    assert pieces.status(bank_of_run, "r", 2, 10, "agent-r")[1] == [1, 2] + list(range(4, 11))
+    assert pieces.status(bank_of_run, "r", 2, 10, "direct")[1] == [2] + list(range(4, 11))
+    assert pieces.status(bank_of_run, "r", 2, 5, "direct")[1] == [1, 2, 3, 4, 5]   # part 1 of 5 needs task 1 too
+
+
+def test_without_the_runs_task_list_only_pieces_of_the_same_cut_count(tmp_path):
+    bank = tmp_path / "bank"
+    bank_piece(bank, tmp_path, 1, 10)
+    assert pieces.status(bank, "r", 2, 10, "agent-r")[1] == list(range(2, 11))
+    assert pieces.status(bank, "r", 2, 5, "agent-r")[1] == [1, 2, 3, 4, 5]
+
+
+def test_the_cover_command_prints_the_pieces_a_merge_restores(bank_of_run, tmp_path, capsys):
+    names = [bank_piece(bank_of_run, tmp_path, j, 2) for j in (1, 2)]
+    assert pieces.main(["cover", "--bank", str(bank_of_run), "--name", "r", "--iteration", "2", "--of", "10",
+                        "--variants", "agent-r,"]) == 0
+    assert capsys.readouterr().out.strip() == ",".join(names)

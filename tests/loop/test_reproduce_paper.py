@@ -174,4 +174,6 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
     assert todo == [] and [r[:3] for r in rows] == [["1", "2", str(one["search"]["textcraft"]["trees_with_success"]
                                                                   - int(rows[1][2]))], ["2", "2", rows[1][2]]]
     assert all(float(r[-1]) > 0 for r in rows)   # its search samples/s, from the banked search manifest
-    assert status(bank, "t", 1, 3) == ([], [1, 2, 3])
+    # another cut of the same tasks (PIECES changed mid-iteration): the banked pieces hold its three parts
+    assert status(bank, "t", 1, 3) == ([["1/2", *rows[0][1:]], ["2/2", *rows[1][1:]]], [])
+    assert status(bank, "t", 3, 2) == ([], [1, 2])   # an iteration not begun
