@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Callable
 
 from agent_r.conversation import HEAD_LEN
+from agent_r.envs import ENVS, get_env
 from agent_r.io import atomic_write_json
+from agent_r.knobs import RefusalMask
 from agent_r.llm.chat import ChatFormat
 from agent_r.settings import UsageError, parse, setting
 from agent_r.training.settings import DEFAULT_MAX_LENGTH, SequenceLength  # noqa: F401 - re-exported
@@ -33,7 +35,8 @@ ETO_ROLES = {"user": "human", "assistant": "gpt"}
 
 def read_rows(paths: list[str]) -> tuple[list[dict], list[dict]]:
     """(revision rows, good rows) from path_collection JSONL files. A row with
-    ``high_log`` is a revision pair; one with only ``revise_log`` a good path."""
+    ``high_log`` is a revision pair; one with only ``revise_log`` a good path.
+    Each row gains ``env``: the environment its file's name says (``env_of``)."""
     revisions, goods = [], []
     for path in paths:
         if not Path(path).is_file():
@@ -50,8 +53,44 @@ def read_rows(paths: list[str]) -> tuple[list[dict], list[dict]]:
                     raise UsageError(f"{path}:{n}: expected a path_collection row with a 'revise_log' list")
                 if "high_log" in row and not (isinstance(row["high_log"], list) and isinstance(row.get("low_log"), list)):
                     raise UsageError(f"{path}:{n}: 'high_log' and 'low_log' must be message lists")
+                row["env"] = env_of(path)
                 (revisions if "high_log" in row else goods).append(row)
     return revisions, goods
+
+
+def env_of(path: str) -> str | None:
+    """The environment whose rows a path_collection file holds: it names its
+    files <TASK>_centric.jsonl and <TASK>_good.jsonl (None: another name)."""
+    task = Path(path).name.split("_")[0]
+    return task if task in ENVS else None
+
+
+def _trained(message: dict) -> bool:
+    loss = message.get("loss", True)
+    return loss.strip().lower() == "true" if isinstance(loss, str) else bool(loss)
+
+
+def refused_turns(rows: list[dict], mask: bool) -> tuple[int, int]:
+    """(trained turns, trained turns the environment refused) of the rows'
+    ``revise_log`` (``env``: read_rows's). A path that ends well may still hold turns the
+    environment refused (an unknown command, a craft without its
+    ingredients: the step changed nothing), and a good path or a revision
+    sample trains them like any other turn. With ``mask`` they are kept as
+    history and not trained (their ``loss`` set false). Rows of an
+    environment without a refusal pattern count none."""
+    trained = refused = 0
+    for row in rows:
+        spec = get_env(row["env"]) if row.get("env") else None
+        log = row["revise_log"]
+        for turn, reply in zip(log, log[1:] + [None]):
+            if turn["role"] != "assistant" or not _trained(turn):
+                continue
+            trained += 1
+            if spec is not None and reply is not None and reply["role"] == "user" and spec.refused(reply["content"]):
+                refused += 1
+                if mask:
+                    turn["loss"] = False
+    return trained, refused
 
 
 def xtuner_messages(messages: list[dict]) -> list[dict]:
@@ -64,8 +103,7 @@ def xtuner_messages(messages: list[dict]) -> list[dict]:
     for m in messages:
         msg = {"role": m["role"], "content": m["content"].strip()}
         if m["role"] == "assistant":
-            loss = m.get("loss", True)
-            msg["loss"] = loss.strip().lower() == "true" if isinstance(loss, str) else bool(loss)
+            msg["loss"] = _trained(m)
         out.append(msg)
     return out
 
@@ -75,11 +113,15 @@ def xtuner_samples(revisions: list[dict], goods: list[dict], good_ratio: float, 
     seeded choice; all of them when good_ratio < 0 or there are no revision
     samples), shuffled with the same seed."""
     rng = random.Random(seed)
-    n_good = len(goods) if good_ratio < 0 or not revisions else min(len(goods), round(good_ratio * len(revisions)))
-    chosen = [goods[i] for i in sorted(rng.sample(range(len(goods)), n_good))]
-    samples = [{"messages": xtuner_messages(r["revise_log"])} for r in revisions + chosen]
+    samples = [{"messages": xtuner_messages(r["revise_log"])} for r in chosen_rows(revisions, goods, good_ratio, rng)]
     rng.shuffle(samples)
     return samples
+
+
+def chosen_rows(revisions: list[dict], goods: list[dict], good_ratio: float, rng: random.Random) -> list[dict]:
+    """The rows ``xtuner_samples`` exports (its first use of ``rng``)."""
+    n_good = len(goods) if good_ratio < 0 or not revisions else min(len(goods), round(good_ratio * len(revisions)))
+    return revisions + [goods[i] for i in sorted(rng.sample(range(len(goods)), n_good))]
 
 
 # ---- training length: what the trainer will see ----------------------------
@@ -250,7 +292,7 @@ def dpo_pairs(revisions: list[dict], layout: str) -> list[dict]:
 
 
 @dataclass
-class ExportSettings(SequenceLength):
+class ExportSettings(SequenceLength, RefusalMask):
     """Every setting of ``path_collection.py export`` (flags; MAX_LENGTH, declared with the training knobs, also
     from the environment, where the trainers read it)."""
 
@@ -279,7 +321,14 @@ def write_export(settings: ExportSettings) -> str:
     revisions, goods = read_rows(settings.input)
     note = ""
     if settings.format == "xtuner":
+        trained, refused = refused_turns(chosen_rows(revisions, goods, settings.good_ratio,
+                                                     random.Random(settings.seed)), settings.mask_refused)
         samples, what, note = xtuner_export(revisions, goods, settings)
+        if refused:
+            note = "\n".join(filter(None, [note, (
+                f"{refused} of the samples' {trained} trained turns got a refusal from the environment: "
+                + ("not trained (--mask_refused)" if settings.mask_refused else
+                   "trained as the paper trains them (--mask_refused 1 keeps them as history only)"))]))
     else:
         if not revisions:
             raise UsageError("dpo export needs revision rows (a {TASK}_centric.jsonl from path_collection.py)")

@@ -257,6 +257,23 @@ class WaitReply:
 
 
 @dataclass
+class RefusalMask:
+    """Whether the XTuner export trains the turns the environment refused
+    (path_collection.py export, iterate.py's data stage). A path that ends
+    well may hold them (an unknown command, a craft without its ingredients:
+    the step changed nothing), and the paper trains every turn of a good path;
+    a small model that searches its own trees finds good paths full of them
+    and learns them (the SmolLM2 run: a third of the trained turns at
+    iteration 1, half at iteration 2)."""
+
+    mask_refused: bool = setting(False, env="MASK_REFUSED",
+                                 help="1: train no turn the environment refused (TextCraft's 'Could not ...', "
+                                 "ScienceWorld's 'No known action ...'), kept as history with its loss off; "
+                                 "iterate.py: in the data stages still to run (default 0, the paper's: every turn "
+                                 "of a good path is trained)")
+
+
+@dataclass
 class SearchKnobs(Temperature):
     """How one MCTS tree is grown (mcts_collection.py, iterate.py's search)."""
 

@@ -73,4 +73,5 @@ SCIWORLD = SciworldSpec(
               about="the first 10 ScienceWorld test variations of each of the 23 served task types (201)"),
     ),
     max_score=100.0, max_depth=30, alpha=50.0, beta=30.0,
+    refusal_pattern=r"No known action matches that input",   # ScienceWorld's parser, for any unknown command
 )

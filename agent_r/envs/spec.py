@@ -87,6 +87,12 @@ class EnvSpec:
     alpha: float                 # default ALPHA: a good path's leaf must score above it
     beta: float                  # default BETA: a pair's score gap must exceed it
     goal_pattern: str | None = None   # regex whose group 1 is the goal item in a task's observation
+    refusal_pattern: str | None = None   # regex matching an observation in which the environment refused the action
+
+    def refused(self, observation: str) -> bool:
+        """Whether the environment answered a turn by refusing its action (an
+        unknown command, a missing ingredient): the step changed nothing."""
+        return self.refusal_pattern is not None and re.match(self.refusal_pattern, observation.strip()) is not None
 
     def goal(self, observations: list[str]) -> str | None:
         """The item a task asks for, read from its first observation that

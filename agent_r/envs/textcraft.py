@@ -19,4 +19,5 @@ TEXTCRAFT = EnvSpec(
               about="every 5th goal below 500 as test (100), the other 444 as train"),
     ),
     max_score=1.0, max_depth=20, alpha=0.5, beta=0.5, goal_pattern=r"Goal:\s*craft\s+([^.\n]+)",
+    refusal_pattern=r"Could not ",   # execute ..., find ..., find enough items to craft ..., find a valid recipe ...
 )

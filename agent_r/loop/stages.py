@@ -178,7 +178,8 @@ def data_stage(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, vari
                train_file: Path, iteration: int = 1) -> dict:
     """The variant's rows of every task, exported as one pooled XTuner file."""
     stats, files = collect_data(s, pool, trees, out, variant, p, iteration)
-    return {"tasks": stats, "train_samples": export_rows(s, files, train_file, p.model_dir)}
+    return {"tasks": stats, "train_samples": export_rows(s, files, train_file, p.model_dir),
+            **({"mask_refused": True} if s.mask_refused else {})}
 
 
 def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_dir: str) -> int:
@@ -186,7 +187,8 @@ def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_di
     # counted with the trained model's tokenizer, so no sample is cut at MAX_LENGTH in training
     tokenizer = model_dir if Path(model_dir).is_dir() else None
     settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
-                                     seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length)
+                                     seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length,
+                                     mask_refused=s.mask_refused)
     rows = sum(1 for f in files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
     if not rows:
         return 0

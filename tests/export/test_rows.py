@@ -35,4 +35,6 @@ def test_rows_are_split_into_revision_and_good_rows(tmp_path):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rev + good) + "\n",
                     encoding="utf-8")
     got_rev, got_good = export.read_rows([str(path)])
-    assert got_rev == rev and got_good == good
+    assert got_rev == [{**r, "env": None} for r in rev] and got_good == [{**r, "env": None} for r in good]
+    (tmp_path / "textcraft_good.jsonl").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    assert {r["env"] for r in sum(export.read_rows([str(tmp_path / "textcraft_good.jsonl")]), [])} == {"textcraft"}
