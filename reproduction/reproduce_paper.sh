@@ -205,14 +205,16 @@ LOOP=(iterate.py --name "$NAME" --runs_dir "$RUNS" --env_server_base "$URL" --sp
       --revise_max_steps "$REVISE_MAX_STEPS" ${EVAL_LIMIT:+--eval_limit "$EVAL_LIMIT"}
       ${REVISE_LIMIT:+--revise_limit "$REVISE_LIMIT"})
 
-# Copies a finished iteration's small results: results.*, every eval's summary, the task lists.
+# Copies a finished iteration's small results: results.*, every greedy eval's summary, the task lists.
+# Sampled evals (eval.py --samples, run by hand) are left out: their summaries are committed once, in
+# passk/, under names that say the model and the reply.
 copy_results() {
   local dst
   dst=$(cd "$REPRO_OUT" && pwd)
   cp "$ROOT/$RESULTS".json "$ROOT/$RESULTS".md "$ROOT/$RESULTS".png "$SPLIT" "$dst"/
   [ -f "$ROOT"/losses.png ] && cp "$ROOT"/losses.png "$dst"/
   (cd "$ROOT" && find . -maxdepth 1 -name 'search_tasks_*.json' -exec cp {} "$dst"/ \; &&
-   find . -path "*/$EVALS/*" -name summary.json -exec cp --parents {} "$dst"/ \;)
+   find . -path "*/$EVALS/*" -not -path "*/sampled/*" -name summary.json -exec cp --parents {} "$dst"/ \;)
   echo "== results of iterations 0..$1 copied to $REPRO_OUT"
 }
 

@@ -90,6 +90,29 @@ def test_it_runs_from_a_private_copy_that_it_removes(tmp_path):
     assert (tmp_path / "runs" / "repro_paper" / "logs").is_dir()
 
 
+def test_its_results_copy_takes_greedy_summaries_and_leaves_sampled_ones(tmp_path):
+    """A sampled eval run by hand into the run's eval folder must not come
+    back as a second copy of the summary committed under passk/."""
+    import subprocess
+
+    run, out = tmp_path / "run", tmp_path / "out"
+    greedy = run / "iter_1" / "eval" / "agent-r" / "textcraft" / "agent-r-iter1_test" / "summary.json"
+    sampled = run / "iter_1" / "eval" / "agent-r" / "sampled" / "textcraft" / "agent-r-iter1_test_samples4" / "summary.json"
+    for path in (greedy, sampled):
+        path.parent.mkdir(parents=True)
+        path.write_text("{}")
+    for name in ("results.json", "results.md", "results.png", "tasks.json"):
+        (run / name).write_text("x")
+    out.mkdir()
+    start = SCRIPT.index("copy_results() {")
+    function = SCRIPT[start:SCRIPT.index("\n}\n", start) + 3]
+    program = f'{function}\nROOT={run} REPRO_OUT={out} RESULTS=results EVALS=eval SPLIT={run}/tasks.json\ncopy_results 1\n'
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    copied = sorted(str(p.relative_to(out)) for p in out.rglob("summary.json"))
+    assert copied == [str(greedy.relative_to(run))]
+
+
 def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path, base_model):
     """The run in pieces as a fresh machine per command sees it: every step
     starts from an empty runs folder and the bank alone (base eval; two
