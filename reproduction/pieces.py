@@ -33,7 +33,9 @@ that would take the run's committed folder past its size limit (100 MB)
 is refused with one line naming the file. A LoRA fine-tune still training
 banks its latest step checkpoint the same way (~60 MB: the adapter in fp32
 and AdamW's moments), so the next machine goes on from that step; it leaves
-the bank once the adapter is banked.
+the bank once the adapter is banked. A checkpoint that would break the limit
+is left out with a warning and the rest is banked: the episodes and adapters
+are results, the checkpoint only saves a fine-tune's progress.
 
     python -m reproduction.pieces slice --split runs/smollm2/train_tasks.json --part 1 --of 20 --out F
     python -m reproduction.pieces bank --run runs/smollm2 --bank reproduction/smollm2/bank
@@ -164,14 +166,33 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
     ``limit_mb``, before writing anything."""
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
-    files, loose = banked_files(run), adapter_files(run) + checkpoint_files(run)
-    stale = [p for p in dest.glob(f"iter_*/model/*/{CHECKPOINT_DIR}/*") if p.relative_to(dest) not in loose]
+    files, checkpoints = banked_files(run), checkpoint_files(run)
     episodes = {episode_archive(dest, rel): packed(sorted((p.name, p.read_bytes())
                                                            for p in (run / rel).glob(f"{RESULT_PREFIX}*.json")))
                 for rel in episode_runs(run)}
-    check_size(dest, limit_root or dest, limit_mb, [(p, 0) for p in stale] +
-               [(dest / rel, (run / rel).stat().st_size) for rel in loose] +
-               [(path, len(data)) for path, data in episodes.items()])
+
+    def fits(loose: list[Path], training: set[Path]) -> list[Path]:
+        """The banked checkpoint files to drop (their fine-tune finished or
+        started over); raises UsageError when the bank would not fit."""
+        stale = [p for p in dest.glob(f"iter_*/model/*/{CHECKPOINT_DIR}/*")
+                 if p.relative_to(dest) not in loose and p.parent.relative_to(dest) not in training]
+        check_size(dest, limit_root or dest, limit_mb, [(p, 0) for p in stale] +
+                   [(dest / rel, (run / rel).stat().st_size) for rel in loose] +
+                   [(path, len(data)) for path, data in episodes.items()])
+        return stale
+
+    loose = adapter_files(run) + checkpoints
+    try:
+        stale = fits(loose, set())
+    except UsageError as err:
+        if not checkpoints:
+            raise
+        # A step checkpoint only saves a fine-tune's progress; the episodes and
+        # adapters beside it are the run's results, and must not wait for it.
+        loose = adapter_files(run)
+        stale = fits(loose, {rel.parent for rel in checkpoints})
+        log.warning("%s; banked the rest without the fine-tune's step checkpoint (a fresh machine starts "
+                    "that fine-tune over; the one it had banked before, if any, stays)", err)
     for path, data in episodes.items():
         if not path.exists() or path.read_bytes() != data:
             atomic_write_bytes(path, data)

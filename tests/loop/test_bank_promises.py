@@ -99,3 +99,49 @@ def test_an_evals_episode_archive_grows_with_its_eval(tmp_path):
     archive = pieces.episode_archive(tmp_path / "bank", folder.relative_to(tmp_path / "run"))
     with tarfile.open(archive) as tar:
         assert sorted(tar.getnames()) == ["search_results_1.json", "search_results_2.json"]
+
+
+def test_a_checkpoint_that_does_not_fit_is_left_out_and_the_rest_is_banked(tmp_path, caplog):
+    """A fine-tune's step checkpoint must not hold back the episodes and adapters beside it."""
+    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+
+    trained(tmp_path / "run", weights=b"w" * 300_000)
+    folder = tmp_path / "run" / MODEL.parent / "direct" / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
+    (folder / OPTIMIZER).write_bytes(b"o" * 800_000)
+    episodes = tmp_path / "run" / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test"
+    episodes.mkdir(parents=True)
+    (episodes / "search_results_1.json").write_text("{}")
+    with caplog.at_level("WARNING"):
+        pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
+    bank = tmp_path / "bank"
+    assert (bank / MODEL / "adapter" / "adapter_model.safetensors").is_file()
+    assert pieces.episode_archive(bank, episodes.relative_to(tmp_path / "run")).is_file()
+    assert not (bank / MODEL.parent / "direct" / "checkpoint").exists()
+    assert "optimizer.pt" in caplog.text and "without the fine-tune's step checkpoint" in caplog.text
+
+
+def test_an_earlier_checkpoint_stays_banked_when_the_newer_one_does_not_fit(tmp_path):
+    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+
+    folder = tmp_path / "run" / MODEL / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
+    (folder / OPTIMIZER).write_bytes(b"o" * 400_000)
+    pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
+    (folder / PROGRESS).write_text(json.dumps({"step": 4, "adapter": True}))
+    (folder / OPTIMIZER).write_bytes(b"n" * 1_000_000)                 # grew past the limit
+    pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
+    banked = tmp_path / "bank" / MODEL / "checkpoint"
+    assert json.loads((banked / PROGRESS).read_text())["step"] == 3
+    assert (banked / OPTIMIZER).read_bytes() == b"o" * 400_000
+
+
+def test_a_bank_too_big_without_any_checkpoint_is_still_refused(tmp_path):
+    trained(tmp_path / "run", weights=b"w" * 1_000_000)
+    folder = tmp_path / "run" / MODEL.parent / "direct" / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / "progress.json").write_text(json.dumps({"step": 3, "adapter": True}))
+    with pytest.raises(UsageError, match="adapter_model.safetensors .* past its 0.9 MB limit"):
+        pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
