@@ -170,6 +170,19 @@ reproduce-smollm2: smollm2-base setup-vllm
 		AT_ONCE=$${AT_ONCE:-2} LORA_RANK=$${LORA_RANK:-16} LR=$${LR:-3e-3} ETO_LR=$${ETO_LR:-1.5e-4} \
 		bash reproduction/reproduce_paper.sh
 
+# The SmolLM2 run's own rows under another recipe (docs/iterate.md, "Training only what the env accepted"):
+# MASK_REFUSED=1 (no loss on a turn the environment refused), agent-r and direct for ITERATIONS (3), good in
+# iteration 1, fine-tuned from the base and from each other with the run's LoRA recipe, in runs/smollm2-masked,
+# banked in reproduction/smollm2-masked/bank. Nothing is searched: iteration k trains on the rows the SmolLM2
+# run searched (restored from its bank first), so iterations 2-3 are that run's models' data (off-policy).
+.PHONY: reproduce-smollm2-masked
+reproduce-smollm2-masked: smollm2-base setup-vllm
+	$(PY) -m reproduction.pieces restore --bank reproduction/smollm2/bank --run runs/smollm2
+	NAME=$${NAME:-smollm2-masked} DATA_FROM=$${DATA_FROM:-runs/smollm2} MASK_REFUSED=$${MASK_REFUSED:-1} \
+		BANK=$${BANK:-reproduction/smollm2-masked/bank} ITERATIONS=$${ITERATIONS:-3} \
+		VARIANTS=$${VARIANTS:-agent-r,direct,good} VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1} \
+		$(MAKE) --no-print-directory -o smollm2-base -o setup-vllm reproduce-smollm2
+
 # One iteration of the SmolLM2 run in calls of a short-lived machine (reproduction/one_call.py):
 # ITERATIONS=3 PIECES=20 BUDGET_S=540 make one-call-smollm2; exit 3 = call again.
 .PHONY: one-call-smollm2

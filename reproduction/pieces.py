@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX, portable
 from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
@@ -334,12 +334,16 @@ def _of_variants(folders: set[Path], variants: list[str] | None) -> list[Path]:
 
 
 def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
-          variants: list[str] | None = None) -> dict:
+          variants: list[str] | None = None, marks: dict | None = None) -> dict:
     """Joins the pieces' iteration ``iteration`` into run ``into``: every
     search marker (summed), every data folder (rows joined in piece order,
     then ``export_data(variant, jsonl_files, export_file)`` -> train_samples).
     ``variants`` limits it to theirs, so one variant's pieces can be merged
     while another variant's pieces of the same iteration are still running.
+    ``marks`` join every data marker's statistics (the export's own settings,
+    e.g. ``mask_refused``). A "piece" may be a whole other run: a run that
+    trains on another run's rows (DATA_FROM) merges that one run, and each
+    data marker names where its rows came from (``merged_from``).
     Returns {stage folder: stats}."""
     if not pieces:
         raise UsageError("merge needs at least one piece run folder")
@@ -379,6 +383,8 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
         stats = merge_stats([d["stats"] for d in done])
         stats["train_samples"] = train_samples
         stats["pieces"] = len(pieces)
+        stats["merged_from"] = [portable(p) for p in pieces]
+        stats.update(marks or {})
         atomic_write_json(folder / MARKER, {"stage": "data", "stats": stats,
                                             "seconds": round(sum(d["seconds"] for d in done), 1)})
         written[str(rel)] = stats
@@ -396,7 +402,7 @@ def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: lis
     s = parse(IterateSettings, iterate_argv, prog="python -m reproduction.pieces merge")
     s.finish()
     return merge(pieces, into, iteration, lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir),
-                 s.variants_at(iteration))
+                 s.variants_at(iteration), {"mask_refused": True} if s.mask_refused else {})
 
 
 def _text(path: Path) -> str:

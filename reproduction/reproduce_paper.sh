@@ -99,6 +99,9 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-nobind}
 PIECE=${PIECE:-}                  # j/n: part j of n of iteration $ITERATIONS's search and data, in run $NAME-piece-j-of-n
 BANK=${BANK:-}                    # a committed folder of the run's small state (reproduction/pieces.py): restored, then banked
 MERGE=${MERGE:-}                  # n: join the n finished pieces of iteration $ITERATIONS into run $NAME first
+DATA_FROM=${DATA_FROM:-}          # another run's folder: this run trains on its rows (iterations 1..$ITERATIONS)
+                                  # exported again with this run's settings (MASK_REFUSED), searches nothing, and
+                                  # takes its base eval and task list: the same data under another training recipe
 VARIANT_LIST=${VARIANTS:-agent-r,direct,good}
 unset VARIANTS
 # e.g. good=1,eto=1: those variants stop after iteration 1 (iterate.py reads it too)
@@ -148,6 +151,16 @@ if [ ! -d "$MODEL_DIR" ]; then
 fi
 
 [ -n "$BANK" ] && "$PY" -m reproduction.pieces restore --bank "$BANK" --run "$ROOT"
+if [ -n "$DATA_FROM" ]; then
+  if [ ! -f "$DATA_FROM/iter_0/eval/base/.done.json" ]; then
+    echo "error: DATA_FROM=$DATA_FROM has no finished base eval (iter_0/eval/base/.done.json): give a run folder of" \
+         "this loop (restore a banked one first: python -m reproduction.pieces restore --bank B --run $DATA_FROM)" >&2
+    exit 2
+  fi
+  # the same base model's eval and the same searched tasks: the source run's, copied (never linked: banked with this run)
+  [ -f "$ROOT/train_tasks.json" ] || cp "$DATA_FROM/train_tasks.json" "$ROOT/train_tasks.json"
+  [ -f "$ROOT/iter_0/eval/base/.done.json" ] || { mkdir -p "$ROOT/iter_0/eval" && cp -r "$DATA_FROM/iter_0/eval/base" "$ROOT/iter_0/eval/"; }
+fi
 # The searched train tasks: TRAIN_TASKS of those the base model was not trained on.
 SPLIT="$ROOT/train_tasks.json"
 [ -f "$SPLIT" ] || "$PY" -m agent_r.loop.search_tasks --model_dir "$MODEL_DIR" --n "$TRAIN_TASKS" \
@@ -246,6 +259,17 @@ if [ -n "$MERGE" ]; then
   # only this command's variants: another variant's pieces of the same iteration may still be running
   VARIANTS=$(variants_at "$ITERATIONS") "$PY" -m reproduction.pieces merge --iteration "$ITERATIONS" --into "$ROOT" \
       --pieces "$pieces" "${LOOP[@]:1}"
+fi
+# DATA_FROM: each iteration's rows come from that run (merged as one piece), never searched here
+if [ -n "$DATA_FROM" ]; then
+  for ((k = 1; k <= ITERATIONS; k++)); do
+    todo=""
+    for v in $(variants_at "$k" | tr , ' '); do
+      [ -f "$ROOT/iter_$k/data/$v/.done.json" ] || todo+="$v,"
+    done
+    [ -z "$todo" ] || VARIANTS=${todo%,} "$PY" -m reproduction.pieces merge --iteration "$k" --into "$ROOT" \
+        --pieces "$DATA_FROM" "${LOOP[@]:1}"
+  done
 fi
 # a search already done (merged from pieces) is not searched again: its trees may be gone
 [ "$ITERATIONS" -gt 0 ] && [ ! -f "$ROOT/iter_1/trees/base/.done.json" ] || SHARDS=-1

@@ -5,6 +5,7 @@ carried on to training and evaluation there. The merged data must be the
 data the whole run makes from the same tasks, byte for byte."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tarfile
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from agent_r.envs import get_env
 from agent_r.io import read_json
+from agent_r.paths import portable
 from agent_r.loop import run
 from agent_r.loop.stages import export_rows
 from agent_r.settings import UsageError
@@ -77,9 +80,42 @@ def test_merged_pieces_equal_the_whole_runs_data(whole_and_merged):
             assert read_json(got / "train.json") == read_json(made / "train.json"), variant
         stats = marker(got)["stats"]
         assert stats.pop("pieces") == 2
+        assert stats.pop("merged_from") == [portable(runs / "piece1"), portable(runs / "piece2")]
         assert stats == marker(made)["stats"], variant
         samples += stats["train_samples"]
     assert samples > 0   # the comparison covered real rows
+
+
+def refused_losses(train_json: Path) -> list[bool]:
+    """The ``loss`` of every assistant turn the environment then refused, in the export's order."""
+    spec = get_env("textcraft")
+    return [turn["loss"] for sample in read_json(train_json) for turn, reply in zip(sample["messages"],
+                                                                                     sample["messages"][1:])
+            if turn["role"] == "assistant" and reply["role"] == "user" and spec.refused(reply["content"])]
+
+
+def test_a_run_on_another_runs_rows_exports_them_again_with_its_own_mask(whole_and_merged, tmp_path, base_model):
+    """DATA_FROM (reproduce_paper.sh): a run that trains on another run's rows
+    merges that run as its one piece; the rows are the same bytes, the export
+    is redone with this run's MASK_REFUSED, and the marker says both."""
+    runs, _, (s, _) = whole_and_merged
+    masked = dataclasses.replace(s, mask_refused=True)
+    written = pieces.merge([runs / "whole"], tmp_path / "masked", 1,
+                           lambda variant, files, out: export_rows(masked, files, out, base_model),
+                           ["agent-r", "good"], {"mask_refused": True})
+    assert set(written) == {"iter_1/trees/base", "iter_1/data/agent-r", "iter_1/data/good"}
+    refused = {True: 0, False: 0}
+    for variant in ("agent-r", "good"):
+        made, got = runs / "whole" / "iter_1" / "data" / variant, tmp_path / "masked" / "iter_1" / "data" / variant
+        for jsonl in made.glob("*.jsonl"):
+            assert (got / jsonl.name).read_bytes() == jsonl.read_bytes()
+        stats = marker(got)["stats"]
+        assert stats["mask_refused"] is True and stats["merged_from"] == [portable(runs / "whole")]
+        assert stats["train_samples"] == marker(made)["stats"]["train_samples"]
+        before, after = refused_losses(made / "train.json"), refused_losses(got / "train.json")
+        assert len(before) == len(after) and not any(after)   # kept as history, never trained
+        refused[True] += sum(before)
+    assert refused[True] > 0   # the unmasked export trained refused turns: the mask changed something
 
 
 def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_and_merged, tmp_path, base_model,
