@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 
+from agent_r.paths import revision_input
 from agent_r.revision_data import PathSettings, collect
 from agent_r.settings import parse, run_cli
 
@@ -30,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return export.main(argv[1:])
     settings = parse(PathSettings, argv, description=__doc__, prog="path_collection.py")
+    # first, so a wrong MODEL_NAME / --input_dir shows before any row is written
+    print(f"trees: {revision_input(settings)}", flush=True)
     result = collect(settings)
     print(result.report())
     if result.problem:

@@ -37,9 +37,10 @@ from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, ShardSettings, TaskChoice, Temperature,
                            WaitReply, EvalSamples, concurrency_setting, env_server_setting, max_new_tokens_setting,
                            resolved_model_name, seed_setting)
-from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, make_backend,
-                         weights_sha256)
+from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, check_backend,
+                         make_backend, weights_sha256)
 from agent_r.manifest import load_manifest, write_manifest
+from agent_r.model_identity import check_same_model, model_identity
 from agent_r.report import summarize_dir
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, manifest_config, nested, setting, validate
@@ -203,6 +204,7 @@ def plan(settings: EvalSettings) -> Plan:
     if settings.eval_samples > 1:   # a task's episodes side by side: one batch shares their prompt (prefix cache)
         tasks = [t.sampled(j) for t in tasks for j in range(settings.eval_samples)]
     run_dir = paths.eval_dir(settings)
+    check_same_model(run_dir, model_identity(settings.backend), "eval results")
     return Plan(spec, tasks, [t for t in tasks if not is_complete(paths.result_file(run_dir, t.key))])
 
 
@@ -308,7 +310,7 @@ def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_clien
             used = _loaded(backend)
             write_manifest(paths.manifest_file(run_dir, manifest_name(settings.shard)), settings.run_config(), used,
                            (used.stats if used is not None else BackendStats()).as_dict(), started, finished,
-                           record.items)
+                           record.items, model_identity(settings.backend))
     return record.failed
 
 
@@ -387,6 +389,7 @@ def run(settings: EvalSettings) -> EvalRun:
     nor the server is needed."""
     validate(settings)
     settings.finish()
+    check_backend(settings.backend)
     planned = plan(settings)
     log.info("%d tasks, %d already done in %s", len(planned.tasks), len(planned.tasks) - len(planned.todo),
              paths.eval_dir(settings))

@@ -74,12 +74,15 @@ def write_manifest(
     started: float,
     finished: float | None,
     items: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write (atomically) and return the manifest. ``backend`` is anything
     with ``describe()`` (or None); ``started``/``finished`` are time.time()
     values (finished None while the run is still going); ``items`` maps an
     output's key (e.g. task index) to its statistics and is merged over the
-    items of an existing manifest at ``path``."""
+    items of an existing manifest at ``path``. ``model`` is the model that
+    made the outputs (agent_r.model_identity), kept from the earlier
+    manifest when not given."""
     previous = load_manifest(path)
     merged = dict(previous.get("items", {})) if isinstance(previous.get("items"), dict) else {}
     merged.update({str(k): v for k, v in (items or {}).items()})
@@ -87,6 +90,7 @@ def write_manifest(
         "command": " ".join(sys.argv),
         "config": config,
         "seed": config.get("seed"),
+        "model": model if model is not None else previous.get("model"),
         "backend": backend.describe() if backend is not None else None,
         "versions": dict(package_versions()),
         "git_commit": git_commit(),

@@ -26,8 +26,9 @@ from agent_r import paths
 from agent_r.driver import DriverConfig, DriverStats, Outcome, run_jobs
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import atomic_write_json
-from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, SamplingConfig, make_backend
+from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, SamplingConfig, check_backend, make_backend
 from agent_r.manifest import write_manifest
+from agent_r.model_identity import check_same_model, model_identity
 from agent_r.knobs import (DEFAULT_TASK, BackendSettings, PromptBudget, SearchKnobs, ShardSettings, TaskChoice,
                            concurrency_setting, env_server_setting, max_new_tokens_setting, resolved_model_name,
                            seed_setting)
@@ -167,10 +168,14 @@ def collect_trees(settings: SearchSettings, backend: Backend | None = None) -> S
     (library use; the caller closes it); the settings' one is loaded only
     when a tree remains, and closed here."""
     settings.finish()
+    if backend is None:
+        check_backend(settings.backend)
     spec = get_env(settings.task)
     server = settings.env_server_base or spec.default_server
     indices = select_tasks(spec, settings, server)
     out_dir = paths.tree_dir(settings)
+    identity = model_identity(settings.backend)
+    check_same_model(out_dir, identity, "trees")
     todo = [i for i in indices if not tree_done(paths.tree_file(out_dir, i))]
     log.info("%d tasks selected, %d already searched, %d to search", len(indices), len(indices) - len(todo), len(todo))
     summary = SearchSummary(skipped=len(indices) - len(todo), out_dir=str(out_dir))
@@ -179,7 +184,7 @@ def collect_trees(settings: SearchSettings, backend: Backend | None = None) -> S
     lazy = LazyBackend(lambda: backend if backend is not None else make_backend(
         settings.backend, seed=settings.seed, max_model_len=settings.max_token_length + settings.max_new_tokens))
     try:
-        _SearchRun(settings, spec, server, lazy, summary, len(indices)).run(todo)
+        _SearchRun(settings, spec, server, lazy, summary, len(indices), identity).run(todo)
     finally:
         if backend is None:
             lazy.close()
@@ -190,8 +195,9 @@ class _SearchRun:
     """Bookkeeping of one collect_trees call: tree files, manifest, progress."""
 
     def __init__(self, settings: SearchSettings, spec: EnvSpec, server: str, backend: LazyBackend,
-                 summary: SearchSummary, selected: int):
+                 summary: SearchSummary, selected: int, identity: dict):
         self.settings, self.spec, self.server, self.backend, self.summary = settings, spec, server, backend, summary
+        self.identity = identity
         self.out_dir = Path(summary.out_dir)
         self.config = {**manifest_config(settings), "env_server_base": server,
                        "model_name": paths.model_name(settings.backend), "indices": selected}
@@ -229,4 +235,4 @@ class _SearchRun:
         self.summary.backend = loaded.stats.as_dict() if loaded is not None else {}
         stats = {**asdict(self.summary), "failed": len(self.summary.failed)}
         write_manifest(paths.manifest_file(self.out_dir, manifest_name(self.settings.shard)), self.config, loaded,
-                       stats, self.started, finished, self.items)
+                       stats, self.started, finished, self.items, self.identity)

@@ -35,7 +35,7 @@ Every public name is importable from ``agent_r.llm`` itself.
 from agent_r.llm.base import (Backend, BackendError, BackendStats, GenerationRequest, PromptTooLong, RequestFailed,
                               SamplingConfig)
 from agent_r.llm.chat import chat_messages, chat_prompt, chat_token_count, cut_at_stop, load_tokenizer
-from agent_r.llm.factory import BACKEND_KINDS, make_backend
+from agent_r.llm.factory import BACKEND_KINDS, check_backend, make_backend
 from agent_r.llm.hf_backend import CPU_HF_BATCH, HFBackend, gc_paused
 from agent_r.llm.lazy import LazyBackend
 from agent_r.llm.model_files import (BUNDLED_MODEL, CPU_PARAMETER_LIMIT, check_cpu_allowed, cuda_usable,
@@ -49,7 +49,7 @@ __all__ = [
     "BACKEND_KINDS", "BUNDLED_MODEL", "Backend", "BackendError", "BackendStats", "CPU_HF_BATCH", "CPU_KV_CACHE_GIB",
     "CPU_PARAMETER_LIMIT", "DuplicateWatch", "GenerationRequest", "HFBackend", "LazyBackend", "OpenAIBackend",
     "PromptTooLong", "RequestFailed", "SamplingConfig", "VLLMBackend", "chat_messages", "chat_prompt",
-    "chat_token_count", "check_cpu_allowed", "combined_seed", "cuda_usable", "cut_at_stop", "derive_seed",
+    "chat_token_count", "check_backend", "check_cpu_allowed", "combined_seed", "cuda_usable", "cut_at_stop", "derive_seed",
     "duplicate_watch", "engine_max_model_len", "format_parameters", "gc_paused", "load_tokenizer", "make_backend",
     "model_config", "model_position_limit", "parameter_count", "resolve_model_dir", "single_if_greedy", "too_long",
     "weights_sha256",

@@ -48,6 +48,19 @@ def make_backend(settings: BackendSettings, seed: int = 0, max_model_len: int | 
     return backend
 
 
+def check_backend(settings: BackendSettings) -> None:
+    """UsageError, before a run writes anything, where the model cannot load:
+    a MODEL_DIR that does not exist, or the vllm backend in a Python without
+    vllm (otherwise the error comes at the first model turn, after the run
+    made its output folder)."""
+    kind = (settings.backend or "").strip() or ("vllm" if _vllm_usable() else "hf")
+    if kind in ("vllm", "hf"):
+        resolve_model_dir(settings.model_dir)
+    if kind == "vllm" and not _vllm_usable():
+        raise UsageError("--backend vllm needs the vllm package, which this Python lacks: `make setup-gpu` on a GPU "
+                         "node, `make setup-vllm` for its CPU build (run with .venv-vllm/bin/python), or --backend hf")
+
+
 def _openai_backend(settings: BackendSettings) -> Backend:
     model = settings.model_name or settings.model_dir
     if not model:
