@@ -39,7 +39,7 @@ from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, Sh
                            resolved_model_name, seed_setting)
 from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, check_backend,
                          make_backend, weights_sha256)
-from agent_r.manifest import load_manifest, write_manifest
+from agent_r.manifest import git_commit, load_manifest, machine, write_manifest
 from agent_r.model_identity import check_same_model, model_identity
 from agent_r.report import summarize_dir
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
@@ -334,10 +334,45 @@ def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend
         summary["model_sha256"] = sha
     if used is None:   # a resumed run with nothing left: what earlier invocations recorded stays
         summary = {**_recorded(run_dir, settings), **summary}
+    summary["provenance"] = provenance(settings, summary, _earlier_provenance(run_dir), bool(planned.todo))
     summary = paths.portable_paths(summary, root)
     _complete_manifest(run_dir, settings, {t.key for t in planned.tasks})
     atomic_write_json(paths.summary_file(run_dir), summary)
     return summary
+
+
+UNKNOWN = "unknown"
+PROVENANCE_FIELDS = ("model_sha256", "backend", "dtype", "machines", "commits", "settings")
+
+
+def provenance(settings: EvalSettings, summary: dict[str, Any], earlier: dict[str, Any], played: bool) -> dict:
+    """What made a summary's numbers, in one place: the weights, backend and
+    dtype, every machine and project commit that played its episodes (an
+    eval resumed elsewhere names both), and the settings that change
+    outcomes. A field nothing records is ``unknown``, never guessed."""
+    backend = summary.get("backend") or {}
+    machines, commits = list(earlier.get("machines") or []), list(earlier.get("commits") or [])
+    if played:
+        machines += [m for m in [machine()] if m not in machines]
+        commits += [c for c in [git_commit() or UNKNOWN] if c not in commits]
+    return {"model_sha256": summary.get("model_sha256") or UNKNOWN,
+            "backend": backend.get("backend") or UNKNOWN, "dtype": backend.get("dtype") or UNKNOWN,
+            "machines": machines or [UNKNOWN], "commits": commits or [UNKNOWN],
+            "settings": {"temperature": settings.temperature, "samples": settings.eval_samples,
+                         "max_steps": settings.max_steps, "wait_reply": settings.wait_reply,
+                         "max_new_tokens": settings.max_new_tokens, "max_token_length": settings.max_token_length}}
+
+
+def _earlier_provenance(run_dir: Path) -> dict[str, Any]:
+    """The provenance the folder's summary recorded before this invocation ({} for none)."""
+    try:
+        old = read_json(paths.summary_file(run_dir)) if paths.summary_file(run_dir).exists() else {}
+    except ValueError:
+        return {}
+    got = old.get("provenance") if isinstance(old, dict) else None
+    if not isinstance(got, dict):
+        return {}
+    return {k: [v for v in got.get(k) or [] if v != UNKNOWN] for k in ("machines", "commits")}
 
 
 def _recorded(run_dir: Path, settings: EvalSettings) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import datetime as _dt
 import functools
 import importlib.metadata
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -47,6 +48,29 @@ def git_commit() -> str | None:
     if res.returncode != 0:
         return None
     return res.stdout.strip() or None
+
+
+@functools.lru_cache(maxsize=None)
+def machine() -> str:
+    """The machine a run's numbers came from, as results record it: the GPU's
+    name where one is visible, else the CPU model, with the cores and the
+    instruction sets that change what a CPU computes in bf16 (AMX,
+    AVX512-BF16: reruns on CPUs without them took other paths, and other
+    episodes)."""
+    cores = f"{os.cpu_count()} CPU cores"
+    try:
+        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        gpu = []
+    if gpu:
+        return f"{len(gpu)} x {gpu[0]}, {cores}"
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    name = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if line.startswith("model name")),
+                platform.processor() or platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
+    isa = [label for flag, label in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16")) if flag in flags]
+    return ", ".join([name, cores, *isa])
 
 
 def iso(ts: float | None) -> str | None:

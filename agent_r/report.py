@@ -18,7 +18,8 @@ from agent_r import passk, paths
 from agent_r.significance import paired, wilson_interval
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
-from agent_r.revision import is_revision_turn, model_turns, revision_turns
+from agent_r.revision import (has_revision_thought, is_revision_turn, is_revision_wait, model_exchanges,
+                              model_turns, revision_turns)
 from agent_r.settings import UsageError
 
 log = logging.getLogger(__name__)
@@ -120,11 +121,42 @@ def revision_turn_counts(results: list[dict], task: str) -> dict[str, Any]:
     for result, n in zip(results, counts):
         for kind in turns_after_revision(result, spec) if n else []:
             after[kind] = after.get(kind, 0) + 1
+    turns = [model_turns(r) for r in results]
+    sentence = [sum(1 for t in ts if has_revision_thought(t)) for ts in turns]
+    bare = [sum(1 for t in ts if is_revision_wait(t, task) and not has_revision_thought(t)) for ts in turns]
     return {"episodes": sum(1 for n in counts if n),
             "succeeded": sum(1 for n, r in zip(counts, results) if n and r.get("success")),
             "once": sum(1 for n in counts if n == 1),
             "turns": sum(counts), "wait_replies": sum(int(r.get("wait_replies") or 0) for r in results),
-            "after": dict(sorted(after.items()))}
+            "after": dict(sorted(after.items())),
+            "sentence": _kind_counts(sentence, results), "bare_wait": _kind_counts(bare, results),
+            "ten_or_more": sum(1 for n in counts if n >= 10)}
+
+
+def _kind_counts(counts: list[int], results: list[dict]) -> dict[str, int]:
+    """Episodes with a turn of one kind, how many of them succeeded, and the turns."""
+    return {"episodes": sum(1 for n in counts if n),
+            "succeeded": sum(1 for n, r in zip(counts, results) if n and r.get("success")), "turns": sum(counts)}
+
+
+def refused_action_counts(results: list[dict], task: str) -> dict[str, Any]:
+    """How often the environment refused the model's own actions (an unknown
+    command, a craft without its ingredients: ``EnvSpec.refused``), per
+    episode: the mean, the distribution, and how many of the refusals
+    answered a revision ``wait``. What a model trained on refused steps
+    learns shows here first."""
+    spec = get_env(task)
+    per_episode, of_wait = [], 0
+    for result in results:
+        refused = [(turn, reply) for turn, reply in model_exchanges(result) if reply is not None and spec.refused(reply)]
+        per_episode.append(len(refused))
+        of_wait += sum(1 for turn, _ in refused if is_revision_wait(turn, task))
+    histogram: dict[int, int] = {}
+    for n in per_episode:
+        histogram[n] = histogram.get(n, 0) + 1
+    return {"episodes": len(results), "refused": sum(per_episode),
+            "mean": round(sum(per_episode) / len(per_episode), 3) if per_episode else None,
+            "per_episode": {str(n): histogram[n] for n in sorted(histogram)}, "of_revision_waits": of_wait}
 
 
 def turns_after_revision(result: dict, spec: EnvSpec) -> list[str]:
@@ -154,7 +186,8 @@ def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
     numbers are over every episode (the success rate is Pass@1)."""
     results = load_results(run_dir)
     summary = {"run_dir": str(run_dir), "task": spec.name, **summarize(results, spec.max_score),
-               "revision_turns": revision_turn_counts(results, spec.name)}
+               "revision_turns": revision_turn_counts(results, spec.name),
+               "refused_actions": refused_action_counts(results, spec.name)}
     if any("sample" in r for r in results):
         counts = passk.task_counts(results, lambda r: _success(r, spec.max_score))
         summary.update(tasks=len(counts), episodes=len(results),
@@ -325,6 +358,71 @@ def _paired_rows(run_dirs: list[str], summaries: list[dict[str, Any]]) -> list[t
 
 def compare(run_dirs: list[str], task: str | None = None, summaries: list[dict[str, Any]] | None = None) -> str:
     """The table of several finished runs (``summaries``: their compare_summaries, when the
-    caller has them already), each greedy run paired with the first; runs nothing."""
+    caller has them already), each greedy run paired with the first; runs nothing.
+    Each run made under other conditions than the first is warned of (``provenance_warnings``)."""
     summaries = compare_summaries(run_dirs, task) if summaries is None else summaries
+    for line in provenance_warnings(run_dirs):
+        log.warning("%s", line)
     return format_table(summaries, extra=_paired_rows(run_dirs, summaries))
+
+
+def recorded_provenance(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A finished run's provenance as its summary.json records it; a summary
+    written before summaries held one gives what it does hold (weights,
+    backend, dtype, settings) and ``unknown`` for the rest."""
+    try:
+        summary = read_json(paths.summary_file(run_dir))
+    except (OSError, ValueError):
+        summary = {}
+    summary = summary if isinstance(summary, dict) else {}
+    if isinstance(summary.get("provenance"), dict):
+        return summary["provenance"]
+    backend, config = summary.get("backend") or {}, summary.get("config") or {}
+    return {"model_sha256": summary.get("model_sha256") or "unknown", "backend": backend.get("backend") or "unknown",
+            "dtype": backend.get("dtype") or "unknown", "machines": ["unknown"], "commits": ["unknown"],
+            "settings": {k: config.get(c) for k, c in (("temperature", "temperature"), ("samples", "eval_samples"),
+                                                      ("max_steps", "max_steps"), ("wait_reply", "wait_reply"),
+                                                      ("max_new_tokens", "max_new_tokens"),
+                                                      ("max_token_length", "max_token_length"))},
+            "model_name": config.get("model_name")}
+
+
+def provenance_warnings(run_dirs: list[str]) -> list[str]:
+    """One line for each run that differs from the first in what can change
+    its numbers without the model changing: the machine, dtype, backend or
+    an eval setting, and the weights where both runs name the same model.
+    A field either run does not know is named as unknown."""
+    if len(run_dirs) < 2:
+        return []
+    records = [recorded_provenance(d) for d in run_dirs]
+    names = [Path(d).name for d in run_dirs]
+    first, lines = records[0], []
+    for run_dir, name, record in zip(run_dirs[1:], names[1:], records[1:]):
+        differs = []
+        for field in ("machines", "dtype", "backend"):
+            a, b = first.get(field), record.get(field)
+            if "unknown" in (a, b) or a == ["unknown"] or b == ["unknown"]:
+                differs.append(f"{field} unknown")
+            elif a != b:
+                differs.append(f"{field} {a} vs {b}")
+        settings = [k for k in sorted(set(first.get("settings") or {}) | set(record.get("settings") or {}))
+                    if (first.get("settings") or {}).get(k) != (record.get("settings") or {}).get(k)]
+        if settings:
+            differs.append("settings " + ", ".join(f"{k} {(first.get('settings') or {}).get(k)} vs "
+                                                   f"{(record.get('settings') or {}).get(k)}" for k in settings))
+        same_name = _model_name(run_dirs[0]) == _model_name(run_dir)
+        if same_name and "unknown" not in (first.get("model_sha256"), record.get("model_sha256")) \
+                and first.get("model_sha256") != record.get("model_sha256"):
+            differs.append(f"model_sha256 {first.get('model_sha256', '')[:12]} vs {record.get('model_sha256', '')[:12]} "
+                           "for the same model name")
+        if differs:
+            lines.append(f"warning: {name} against {names[0]}: " + "; ".join(differs))
+    return lines
+
+
+def _model_name(run_dir: str | os.PathLike) -> str | None:
+    try:
+        summary = read_json(paths.summary_file(run_dir))
+    except (OSError, ValueError):
+        return None
+    return ((summary.get("config") or {}).get("model_name")) if isinstance(summary, dict) else None

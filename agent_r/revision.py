@@ -77,6 +77,19 @@ def model_turns(result: dict) -> list[str]:
     return turns[int(result.get("replayed_steps") or 0):]
 
 
+def model_exchanges(result: dict) -> list[tuple[str, str | None]]:
+    """Each turn the evaluated model chose with the observation that answered
+    it (None after the last turn), replayed prefix turns left out."""
+    messages = result.get("state", [])[HEAD_LEN:]
+    pairs = []
+    for i, m in enumerate(messages):
+        if m.get("role") != "assistant":
+            continue
+        reply = messages[i + 1] if i + 1 < len(messages) and messages[i + 1].get("role") == "user" else None
+        pairs.append((m["content"], reply["content"] if reply else None))
+    return pairs[int(result.get("replayed_steps") or 0):]
+
+
 def revision_turns(result: dict, task: str = "textcraft") -> int:
     """How many of an eval result's model turns are revision turns."""
     return sum(1 for t in model_turns(result) if is_revision_turn(t, task))

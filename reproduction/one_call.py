@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_r.io import atomic_write_text, locked
+from agent_r.manifest import machine
 from agent_r.settings import UsageError, run_cli, setup_logging
 from reproduction.pieces import bank, piece_name, status
 
@@ -75,19 +76,8 @@ class Call:
 
 
 def machine_name() -> str:
-    """The GPU's name where there is one, else the CPU model, and the cores beside it."""
-    cores = f"{os.cpu_count()} CPU cores"
-    try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        gpu = []
-    if gpu:
-        return f"{len(gpu)} x {gpu[0]}, {cores}"
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()}, {cores}"
-    return cores
+    """The machine, as every eval summary names it (agent_r.manifest.machine)."""
+    return machine()
 
 
 def running_variants(variants: list[str], iteration: int, depths: str) -> list[str]:

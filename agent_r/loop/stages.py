@@ -215,6 +215,7 @@ def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy, root: 
     return {"tasks": sm["tasks"], "dtype": (sm.get("backend") or {}).get("dtype"), "score_x100": round(sm["score_x100"], 4),
             "success_pct": round(100 * sm["success_rate"], 4), "mean_steps": round(sm["mean_steps"], 4),
             "loops_pct": {k: round(100 * v["fraction"], 2) for k, v in sm["loops"].items()},
+            "provenance": sm["provenance"],
             **episode_stats(done.run_dir, [t.key for t in planned.tasks], es.task or "")}
 
 
@@ -232,7 +233,8 @@ def sampled_eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy
         sm = done.summary
         stats["test"][task] = {"tasks": sm["tasks"], "episodes": sm["episodes"],
                                "success_pct": round(100 * sm["success_rate"], 4), "pass_at_k": sm["pass_at_k"],
-                               "per_task": sm["per_task"], "revision_turns": sm["revision_turns"]}
+                               "per_task": sm["per_task"], "revision_turns": sm["revision_turns"],
+                               "refused_actions": sm["refused_actions"], "provenance": sm["provenance"]}
     return stats
 
 

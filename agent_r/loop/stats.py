@@ -18,7 +18,7 @@ from typing import Any, Iterable, Optional
 
 from agent_r.io import read_json
 from agent_r.significance import paired
-from agent_r.report import revision_turn_counts
+from agent_r.report import refused_action_counts, revision_turn_counts
 from agent_r.paths import result_file
 # what a revision turn is lives with the splice that makes it (re-exported here)
 from agent_r.revision import is_revision_turn, revision_turns
@@ -42,7 +42,8 @@ def episode_stats(run_dir: str | Path, keys: Iterable[str], task: str = "textcra
             continue
         outcomes[key] = int(bool(result.get("success")))
         results.append(result)
-    return {"outcomes": outcomes, "revision_turns": revision_turn_counts(results, task)}
+    return {"outcomes": outcomes, "revision_turns": revision_turn_counts(results, task),
+            "refused_actions": refused_action_counts(results, task)}
 
 
 # --------------------------------------------------------------------------- over the rows
