@@ -1,7 +1,7 @@
 """Evaluate a policy on the held-out test tasks: one episode per task, results
 and a summary (score x100, success rate, steps, loops).
 
-    TASK=textcraft MODEL_DIR=models/tiny python eval.py --limit 20
+    TASK=textcraft MODEL_DIR=models/textcraft-tiny python eval.py --limit 20
     TASK=textcraft TEMP=1 python eval.py --samples 8     # 8 episodes a task: Pass@1, 2, 4, 8
     python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval --plot compare.png
 

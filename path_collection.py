@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return export.main(argv[1:])
     settings = parse(PathSettings, argv, description=__doc__, prog="path_collection.py")
     # first, so a wrong MODEL_NAME / --input_dir shows before any row is written
-    print(f"trees: {revision_input(settings)}", flush=True)
+    print(f"reading the trees in {revision_input(settings)}", flush=True)
     result = collect(settings)
     print(result.report())
     if result.problem:
