@@ -18,6 +18,7 @@ from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
 from agent_r.paths import BASE, RESULT_PREFIX, Layout
+from agent_r.report import recorded_provenance
 from agent_r.loop.revise_task import revise_tasks_file
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results
@@ -54,8 +55,26 @@ class Loop:
 
     def finish_row(self, row: dict) -> dict:
         row["seconds"], self.seconds = self.seconds, {}
+        self.fill_provenance(row)
         self.rows.append(row)
         return row
+
+    def fill_provenance(self, row: dict) -> None:
+        """A row rebuilt from done-markers written before evals recorded a
+        provenance takes it from each eval's summary (``unknown`` where that
+        does not know a field), and names its weights from them."""
+        k, variant = row["iteration"], row["variant"]
+        for part, revise_from in (("test", None), ("revise_task", Path("revise"))):
+            for task, stats in (row.get(part) or {}).items():
+                if isinstance(stats, dict) and "provenance" not in stats:
+                    es = stages.eval_settings(self.settings, task, self.layout.eval(k, variant), self.model(k, variant),
+                                              revise_from=revise_from)
+                    stats["provenance"] = recorded_provenance(es.run_dir())
+        if not row.get("model_sha256"):
+            known = {stats["provenance"]["model_sha256"] for part in ("test", "revise_task")
+                     for stats in (row.get(part) or {}).values() if isinstance(stats, dict)} - {"unknown"}
+            if len(known) == 1:
+                row["model_sha256"] = known.pop()
 
     def model(self, k: int, variant: str) -> Policy:
         """model_k of a variant (model_0 is the base model); an iteration
