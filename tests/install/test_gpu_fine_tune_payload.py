@@ -48,8 +48,11 @@ def test_the_payload_goes_in_parts_and_the_last_call_gets_back_the_hidden_files_
     subprocess.run([*git, "init", "-q"], check=True)
     read_there = [f"{BANK}/state.tar.gz", "models/smollm2-textcraft-base-adapter/adapter_model.safetensors",
                   *(f"{BANK}/iter_{j}/model/{v}/adapter/adapter_model.safetensors" for j in (1, 2)
-                    for v in ("agent-r", "direct"))]
-    not_read = [f"{BANK}/iter_1/model/good/adapter/adapter_model.safetensors", "models/textcraft-base/model.safetensors"]
+                    for v in ("agent-r", "direct")),
+                  # the current iteration's banked step checkpoint: the fine-tune there resumes, not starts over
+                  f"{BANK}/iter_3/model/agent-r/checkpoint/trained.safetensors"]
+    not_read = [f"{BANK}/iter_1/model/good/adapter/adapter_model.safetensors", "models/textcraft-base/model.safetensors",
+                f"{BANK}/iter_2/model/direct/checkpoint/trained.safetensors"]   # an earlier iteration's
     for i, name in enumerate(read_there + not_read):
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_bytes(os.urandom(BIG - i))
