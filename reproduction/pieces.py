@@ -189,10 +189,22 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
             raise
         # A step checkpoint only saves a fine-tune's progress; the episodes and
         # adapters beside it are the run's results, and must not wait for it.
+        # Of several fine-tunes' checkpoints (two lanes), those that fit are banked.
         loose = adapter_files(run)
-        stale = fits(loose, {rel.parent for rel in checkpoints})
-        log.warning("%s; banked the rest without the fine-tune's step checkpoint (a fresh machine starts "
-                    "that fine-tune over; the one it had banked before, if any, stays)", err)
+        fine_tunes: dict[Path, list[Path]] = {}
+        for rel in checkpoints:
+            fine_tunes.setdefault(rel.parent, []).append(rel)
+        left_out = set(fine_tunes)
+        for folder, members in sorted(fine_tunes.items()):
+            try:
+                fits(loose + members, left_out - {folder})
+            except UsageError:
+                continue
+            loose, left_out = loose + members, left_out - {folder}
+        stale = fits(loose, left_out)
+        log.warning("%s; banked the rest without the step checkpoint of %s (a fresh machine starts that "
+                    "fine-tune over; the one it had banked before, if any, stays)", err,
+                    ", ".join(str(f.parent) for f in sorted(left_out)))
     for path, data in episodes.items():
         if not path.exists() or path.read_bytes() != data:
             atomic_write_bytes(path, data)

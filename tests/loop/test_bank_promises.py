@@ -119,7 +119,7 @@ def test_a_checkpoint_that_does_not_fit_is_left_out_and_the_rest_is_banked(tmp_p
     assert (bank / MODEL / "adapter" / "adapter_model.safetensors").is_file()
     assert pieces.episode_archive(bank, episodes.relative_to(tmp_path / "run")).is_file()
     assert not (bank / MODEL.parent / "direct" / "checkpoint").exists()
-    assert "optimizer.pt" in caplog.text and "without the fine-tune's step checkpoint" in caplog.text
+    assert "optimizer.pt" in caplog.text and "without the step checkpoint of iter_1/model/direct" in caplog.text
 
 
 def test_an_earlier_checkpoint_stays_banked_when_the_newer_one_does_not_fit(tmp_path):
@@ -145,3 +145,44 @@ def test_a_bank_too_big_without_any_checkpoint_is_still_refused(tmp_path):
     (folder / "progress.json").write_text(json.dumps({"step": 3, "adapter": True}))
     with pytest.raises(UsageError, match="adapter_model.safetensors .* past its 0.9 MB limit"):
         pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
+
+
+def checkpoint(run: Path, variant: str, size: int) -> Path:
+    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+
+    folder = run / MODEL.parent / variant / "checkpoint"
+    folder.mkdir(parents=True)
+    (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
+    (folder / OPTIMIZER).write_bytes(b"o" * size)
+    return folder
+
+
+def test_of_two_fine_tunes_checkpoints_the_one_that_fits_is_banked(tmp_path):
+    """Two lanes fine-tune side by side; only one checkpoint fits the limit: that one is banked,
+    not neither (a fresh machine then resumes one fine-tune instead of starting both over)."""
+    checkpoint(tmp_path / "run", "agent-r", 500_000)
+    checkpoint(tmp_path / "run", "direct", 500_000)
+    pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
+    banked = [v for v in ("agent-r", "direct") if (tmp_path / "bank" / MODEL.parent / v / "checkpoint").exists()]
+    assert banked == ["agent-r"]
+
+
+def test_the_same_state_banks_the_same_bytes_whatever_the_files_times(tmp_path, monkeypatch):
+    """No time stamp in an archive (neither the files' nor the clock's): banking nothing new
+    changes nothing to commit."""
+    import os
+    import time
+
+    trained(tmp_path / "run")
+    episodes = tmp_path / "run" / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test"
+    episodes.mkdir(parents=True)
+    (episodes / "search_results_1.json").write_text("{}")
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    before = {p: p.read_bytes() for p in (tmp_path / "bank").rglob("*") if p.is_file()}
+    for path in (tmp_path / "run").rglob("*"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))   # the same files, other times
+    later = time.time() + 86_400
+    monkeypatch.setattr(time, "time", lambda: later)        # and a day later by the clock
+    pieces.bank(tmp_path / "run", tmp_path / "bank")
+    assert {p: p.read_bytes() for p in (tmp_path / "bank").rglob("*") if p.is_file()} == before
+    assert len(before) >= 3
