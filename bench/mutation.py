@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.mutation                    # all core modules, results in /tmp/agent-r-mutation
     .venv/bin/python -m bench.mutation --modules io,tree  # some of them
+    .venv/bin/python -m bench.mutation --modules added    # the bank, the calls, the loop's reruns, eval's resume
     .venv/bin/python -m bench.mutation --report           # only summarise a finished (or stopped) run
 
 mutmut (https://github.com/boxed/mutmut, 3.x) plants one small bug at a time
@@ -53,6 +54,14 @@ MODULES = {
     "client_base": "agentenv_client/base.py", "client_textcraft": "agentenv_client/textcraft.py",
     "client_sciworld": "agentenv_client/sciworld.py", "client_webshop": "agentenv_client/webshop.py",
 }
+CORE = list(MODULES)
+# Added since the core's run: the bank and the calls of a run in pieces, the loop's rebuild and rerun
+# rules, evaluation's resume and provenance, the model check of a results folder (`--modules added`).
+ADDED = {
+    "pieces": "reproduction/pieces.py", "one_call": "reproduction/one_call.py", "runner": "agent_r/loop/runner.py",
+    "evaluation": "agent_r/evaluation.py", "model_identity": "agent_r/model_identity.py",
+}
+MODULES.update(ADDED)
 # In-process tests of those modules (files, folders or node ids). mutmut picks,
 # per mutant, the ones that ran the mutated function.
 TESTS = [
@@ -68,6 +77,10 @@ TESTS = [
     "tests/servers/test_restarts.py::test_tree_restarted_from_root_equals_the_undisturbed_tree",
     "tests/servers/test_restarts.py::test_tree_fails_after_the_bounded_restarts",
     "tests/cli/test_odd_text.py::test_odd_unicode_observations_round_trip",
+    # the added modules' in-process tests
+    "tests/loop/test_bank_promises.py", "tests/loop/test_one_call_budget.py", "tests/loop/test_lora_rerun.py",
+    "tests/evaluation/test_provenance.py::test_revision_turns_are_counted_by_kind_and_refusals_per_episode",
+    "tests/evaluation/test_model_identity.py::test_identities_compare_by_weights_first_then_by_folder",
 ]
 # slow and about the server's JVMs, not the client: left to the normal suite
 DESELECT = ["tests/servers/test_sciworld_server.py::test_create_reset_close_cycles_free_their_jvms"]
@@ -119,7 +132,7 @@ def write_config(work: Path, modules: list[str], tests: list[str]) -> None:
     # servers) and some hang until their timeout.
     lines = ["[mutmut]", "mutate_only_covered_lines=true", "timeout_multiplier=4", "timeout_constant=15",
              "process_isolation=forkserver",
-             "source_paths=", "    agent_r/", "    agentenv_client/", "only_mutate="]
+             "source_paths=", "    agent_r/", "    agentenv_client/", "    reproduction/", "only_mutate="]
     lines += [f"    {MODULES[m]}" for m in modules]
     lines += ["also_copy="] + [f"    {c}" for c in COPY]
     lines += ["pytest_add_cli_args=", "    -p", "    no:randomly", "    -p", "    no:cacheprovider"]
@@ -233,9 +246,21 @@ def confirm(work: Path, tests: list[str], minutes: float) -> dict[str, str]:
     return done
 
 
+def module_list(given: str) -> list[str]:
+    """--modules: names, and the groups core and added."""
+    out: list[str] = []
+    for name in filter(None, given.split(",")):
+        for m in {"core": CORE, "added": list(ADDED)}.get(name, [name]):
+            if m not in MODULES:
+                raise SystemExit(f"--modules: unknown module {m!r}; choose from core, added, {', '.join(MODULES)}")
+            out += [m] if m not in out else []
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modules", default=",".join(MODULES), help="comma list of: " + ", ".join(MODULES))
+    parser.add_argument("--modules", default="core", help="comma list of: core (the default), added, "
+                        + ", ".join(MODULES))
     parser.add_argument("--work", default="/tmp/agent-r-mutation", help="the snapshot and mutmut's state")
     parser.add_argument("--minutes", type=float, default=90, help="stop after this long, report what finished")
     parser.add_argument("--max-children", type=int, default=2, help="mutants tested at once (default 2)")
@@ -258,7 +283,7 @@ def main() -> int:
         for sub in (work, work / "mutants"):
             shutil.rmtree(sub / "tests")
             shutil.copytree(ROOT / "tests", sub / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-        write_config(work, args.modules.split(","), TESTS)
+        write_config(work, module_list(args.modules), TESTS)
         shutil.copy2(work / "setup.cfg", work / "mutants" / "setup.cfg")
         run(work, args.minutes, args.max_children, [])       # the mutants not tested yet ...
         run(work, args.minutes, args.max_children, names)    # ... and the survivors, against the new tests
@@ -266,7 +291,7 @@ def main() -> int:
         run(work, args.minutes, args.max_children, args.only.split(",") if args.only else [])
     elif not args.report:
         snapshot(work)
-        write_config(work, args.modules.split(","), TESTS)
+        write_config(work, module_list(args.modules), TESTS)
         run(work, args.minutes, args.max_children, [])
     data = report(work)
     for module, counts in data["modules"].items():
