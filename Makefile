@@ -3,6 +3,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# PyPI's Linux torch is the CUDA build (about 5 GB in a venv). A machine without an NVIDIA GPU can take
+# PyTorch's CPU build instead: make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu (2.13.0+cpu).
+TORCH_INDEX ?=
+TORCH := torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 
 .PHONY: setup setup-train setup-browser test demo
 
@@ -11,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q torch==2.13.0
+	$(VENV)/bin/pip install -q $(TORCH)
 	$(VENV)/bin/pip install -q -r requirements.txt
 	touch $@
 
@@ -47,7 +51,7 @@ setup-train: $(TRAIN_VENV)/.installed
 $(TRAIN_VENV)/.installed: requirements-train.txt requirements-train-gpu.txt
 	$(PYTHON) -m venv $(TRAIN_VENV)
 	$(TRAIN_PIP) install -q --upgrade pip
-	$(TRAIN_PIP) install -q torch==2.13.0
+	$(TRAIN_PIP) install -q $(TORCH)
 	echo torch==2.13.0 > $(TRAIN_VENV)/constraints.txt
 	if $(TRAIN_VENV)/bin/python -W ignore -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)"; then \
 		echo "CUDA torch: installing requirements-train-gpu.txt (torchvision kept)"; \
