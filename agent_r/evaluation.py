@@ -424,8 +424,9 @@ def run(settings: EvalSettings) -> EvalRun:
     nor the server is needed."""
     validate(settings)
     settings.finish()
-    check_backend(settings.backend)
     planned = plan(settings)
+    if planned.todo:   # a model that cannot load fails here, before any folder is made
+        check_backend(settings.backend)
     log.info("%d tasks, %d already done in %s", len(planned.tasks), len(planned.tasks) - len(planned.todo),
              paths.eval_dir(settings))
     backend = LazyBackend(lambda: make_backend(settings.backend, seed=settings.seed,

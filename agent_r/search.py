@@ -168,8 +168,6 @@ def collect_trees(settings: SearchSettings, backend: Backend | None = None) -> S
     (library use; the caller closes it); the settings' one is loaded only
     when a tree remains, and closed here."""
     settings.finish()
-    if backend is None:
-        check_backend(settings.backend)
     spec = get_env(settings.task)
     server = settings.env_server_base or spec.default_server
     indices = select_tasks(spec, settings, server)
@@ -181,6 +179,8 @@ def collect_trees(settings: SearchSettings, backend: Backend | None = None) -> S
     summary = SearchSummary(skipped=len(indices) - len(todo), out_dir=str(out_dir))
     if not todo:
         return summary
+    if backend is None:   # a model that cannot load fails here, before any tree is searched
+        check_backend(settings.backend)
     lazy = LazyBackend(lambda: backend if backend is not None else make_backend(
         settings.backend, seed=settings.seed, max_model_len=settings.max_token_length + settings.max_new_tokens))
     try:

@@ -24,6 +24,9 @@ REVISE = f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait"
 PLAIN_WAIT = "Thought: hmm.\nAction: wait"     # a wait without a revision thought: still the revision wait here
 LOOK = "Thought: look.\nAction: inventory"
 TURNS = [LOOK, REVISE, LOOK, PLAIN_WAIT, LOOK]
+# each episode: one revision sentence and one bare wait (docs/evaluation.md, "Revision turns, two kinds")
+KINDS = {"sentence": {"episodes": 2, "succeeded": 0, "turns": 2}, "bare_wait": {"episodes": 2, "succeeded": 0, "turns": 2},
+         "ten_or_more": 0}
 
 
 class RecordingClient:
@@ -81,6 +84,7 @@ def test_ok_answers_the_revision_wait_with_the_training_reply(tmp_path, textcraf
     summary = json.loads((done.run_dir / "summary.json").read_text())
     assert summary["wait_reply"] == "ok" and summary["config"]["wait_reply"] == "ok"
     assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "once": 0, "turns": 4, "wait_replies": 4,
+                                        **KINDS,
                                         "after": {"inventory": 4}}   # each wait: an inventory next
     manifest = json.loads((done.run_dir / "manifest.json").read_text())
     assert manifest["config"]["wait_reply"] == "ok"
@@ -99,6 +103,7 @@ def test_env_default_sends_the_wait_to_the_env_as_before(tmp_path, textcraft_ser
     summary = json.loads((done.run_dir / "summary.json").read_text())
     assert summary["wait_reply"] == "env"
     assert summary["revision_turns"] == {"episodes": 2, "succeeded": 0, "once": 0, "turns": 4, "wait_replies": 0,
+                                        **KINDS,
                                         "after": {"inventory": 4}}   # each wait: an inventory next
 
 
