@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX, portable
+from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
 from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
@@ -353,9 +353,9 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
     ``variants`` limits it to theirs, so one variant's pieces can be merged
     while another variant's pieces of the same iteration are still running.
     ``marks`` join every data marker's statistics (the export's own settings,
-    e.g. ``mask_refused``). A "piece" may be a whole other run: a run that
-    trains on another run's rows (DATA_FROM) merges that one run, and each
-    data marker names where its rows came from (``merged_from``).
+    e.g. ``mask_refused``, and where the rows came from). A "piece" may be a
+    whole other run: a run that trains on another run's rows (DATA_FROM)
+    merges that one run, and its markers name it (``data_from``).
     Returns {stage folder: stats}."""
     if not pieces:
         raise UsageError("merge needs at least one piece run folder")
@@ -395,7 +395,6 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
         stats = merge_stats([d["stats"] for d in done])
         stats["train_samples"] = train_samples
         stats["pieces"] = len(pieces)
-        stats["merged_from"] = [portable(p) for p in pieces]
         stats.update(marks or {})
         atomic_write_json(folder / MARKER, {"stage": "data", "stats": stats,
                                             "seconds": round(sum(d["seconds"] for d in done), 1)})
@@ -403,7 +402,8 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
     return written
 
 
-def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: list[str]) -> dict:
+def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: list[str],
+               data_from: str | None = None) -> dict:
     """``merge`` with iterate.py's settings (flags after merge's own, and the
     environment): the variants of VARIANTS that run this iteration, their rows
     exported as the whole run's data stage would have exported them."""
@@ -414,7 +414,8 @@ def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: lis
     s = parse(IterateSettings, iterate_argv, prog="python -m reproduction.pieces merge")
     s.finish()
     return merge(pieces, into, iteration, lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir),
-                 s.variants_at(iteration), {"mask_refused": True} if s.mask_refused else {})
+                 s.variants_at(iteration), {**({"mask_refused": True} if s.mask_refused else {}),
+                                            **({"data_from": data_from} if data_from else {})})
 
 
 def _text(path: Path) -> str:
@@ -586,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--iteration", type=int, required=True)
     m.add_argument("--into", required=True)
     m.add_argument("--pieces", required=True, help="the piece run folders, comma-separated, in task order")
+    m.add_argument("--data_from", help="the pieces are one other run whose rows this run trains on (DATA_FROM): "
+                   "the name the data markers record")
     st = sub.add_parser("status", help="which pieces of an iteration are banked, and what they hold")
     st.add_argument("--bank", required=True)
     st.add_argument("--name", required=True, help="the whole run's name (NAME)")
@@ -621,7 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "restore":
         print(f"restored {restore(Path(args.bank), Path(args.run))} files of {args.bank} into {args.run}")
     else:
-        written = loop_merge([Path(p) for p in args.pieces.split(",") if p], Path(args.into), args.iteration, rest)
+        written = loop_merge([Path(p) for p in args.pieces.split(",") if p], Path(args.into), args.iteration, rest,
+                             args.data_from)
         for folder, stats in written.items():
             print(f"{folder}: {stats.get('train_samples', stats)}")
     return 0

@@ -269,7 +269,7 @@ if [ -n "$DATA_FROM" ]; then
       [ -f "$ROOT/iter_$k/data/$v/.done.json" ] || todo+="$v,"
     done
     [ -z "$todo" ] || VARIANTS=${todo%,} "$PY" -m reproduction.pieces merge --iteration "$k" --into "$ROOT" \
-        --pieces "$DATA_FROM" "${LOOP[@]:1}"
+        --pieces "$DATA_FROM" --data_from "$(basename "$DATA_FROM")" "${LOOP[@]:1}"
   done
   if [ "${DATA_ONLY:-0}" = 1 ]; then
     echo "== DATA_ONLY=1: the rows of iterations 1..$ITERATIONS from $DATA_FROM are in $ROOT"

@@ -168,9 +168,12 @@ def test_a_stage_cut_short_is_banked_by_the_call(tmp_path, monkeypatch, how):
     if how == "interrupt":
         real_popen = subprocess.Popen
 
-        class Interrupted(real_popen):   # the terminal's Ctrl-C arrives while the call waits on its stage
+        class Interrupted(real_popen):   # the terminal's Ctrl-C arrives once, while the call waits on its stage
+            interrupted = False
+
             def wait(self, timeout=None):
-                if timeout is not None and timeout > 5:
+                if not Interrupted.interrupted:
+                    Interrupted.interrupted = True
                     raise KeyboardInterrupt
                 return super().wait(timeout)
 

@@ -91,9 +91,13 @@ def test_episode_stats_reads_outcomes_and_revision_turns_from_result_files(tmp_p
         atomic_write_json(result_file(tmp_path, key), data)
     (result_file(tmp_path, "5")).write_text("{not json")   # unreadable: left out
     got = episode_stats(tmp_path, ["1", "2", "3", "4", "5", "6"])
+    refused = got.pop("refused_actions")
     assert got == {"outcomes": {"1": 1, "2": 0, "3": 1, "4": 0},
                    "revision_turns": {"episodes": 2, "succeeded": 1, "once": 2, "turns": 2, "wait_replies": 0,
-                                      "after": {"get": 2}}}                 # the summaries' counts
+                                      "after": {"get": 2}, "sentence": {"episodes": 2, "succeeded": 1, "turns": 2},
+                                      "bare_wait": {"episodes": 0, "succeeded": 0, "turns": 0},
+                                      "ten_or_more": 0}}                 # the summaries' counts
+    assert refused["episodes"] == 4
 
 
 def row(k: int, variant: str, test: dict[str, int], revise: dict[str, int] | None = None) -> dict:
