@@ -50,6 +50,7 @@ def markdown(s: IterateSettings, rows: list[dict]) -> str:
         cells = [str(r["iteration"]), r["variant"], *[_fmt(r["test"].get(t, {}).get("success_pct")) for t in tasks]]
         lines.append(_md_row(cells + ([_fmt(average(r, "success_pct"))] if len(tasks) > 1 else [])))
     lines += _dtype_note(rows)
+    lines += _machine_note(rows)
     lines += _paired_table(rows)
     lines += _sampled_table(s, rows)
     stat_head = ["iteration", "variant", "ALPHA / epochs / LR", "revision samples", "good samples", "train samples",
@@ -73,6 +74,22 @@ def _dtype_note(rows: list[dict]) -> list[str]:
     named = ", ".join(f"{v} {k}: {'/'.join(ds) or '?'}" for (k, v), ds in seen.items())
     return ["", f"Mixed dtypes: these evals did not all run at one dtype ({named}); pair rows of one dtype only, "
             "or evaluate again under an EVAL_TAG of its own (docs/iterate.md)."]
+
+
+def _machine_note(rows: list[dict]) -> list[str]:
+    """One line when the table's evals name more than one machine (each
+    eval's ``provenance``): paired rows across machines carry the drift of a
+    rerun elsewhere, so the table says which row ran where; nothing when one
+    machine made them all, or none is recorded."""
+    seen = {(r["iteration"], r["variant"]): sorted({m for part in (r.get("test", {}), r.get("revise_task", {}))
+                                                    for entry in part.values() if isinstance(entry, dict)
+                                                    for m in (entry.get("provenance") or {}).get("machines", [])}
+                                                   - {"unknown"}) for r in rows}
+    if len({m for ms in seen.values() for m in ms}) < 2:
+        return []
+    named = "; ".join(f"{v} {k}: {' + '.join(ms) or 'unknown'}" for (k, v), ms in seen.items())
+    return ["", f"Mixed machines: these evals did not all run on one machine ({named}); a pair of rows from two "
+            "machines differs by the machines too (reruns elsewhere have moved a model by a few episodes)."]
 
 
 def _paired_table(rows: list[dict]) -> list[str]:

@@ -190,3 +190,17 @@ def test_a_table_of_evals_at_two_dtypes_says_so_and_names_each():
     assert _dtype_note([at(0, "base", None), at(1, "agent-r", "float32")]) == []      # older rows: not recorded
     (blank, line) = _dtype_note([at(0, "base", "bfloat16"), at(1, "agent-r", "float32")])
     assert line.startswith("Mixed dtypes") and "base 0: bfloat16" in line and "agent-r 1: float32" in line
+
+
+def test_a_table_of_evals_from_two_machines_says_which_row_ran_where():
+    from agent_r.loop.results import _machine_note
+
+    def on(k: int, variant: str, *machines: str) -> dict:
+        prov = {"machines": list(machines)}
+        return {"iteration": k, "variant": variant, "test": {"textcraft": {"provenance": prov}},
+                "revise_task": {"textcraft": {"provenance": prov}}}
+
+    assert _machine_note([on(0, "base", "A"), on(1, "agent-r", "A")]) == []
+    assert _machine_note([on(0, "base", "unknown"), on(1, "agent-r", "A")]) == []    # nothing to tell apart
+    (line,) = [x for x in _machine_note([on(0, "base", "A"), on(1, "agent-r", "B"), on(1, "direct", "A", "B")]) if x]
+    assert line.startswith("Mixed machines") and "agent-r 1: B" in line and "direct 1: A + B" in line
