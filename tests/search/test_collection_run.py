@@ -22,7 +22,7 @@ from agent_r.settings import parse
 from agent_r.tree import NODE_KEYS, Node, leaf_paths, load_tree
 from tests.support.doubles import ScriptedBackend
 from tests.support.env_fixtures import ROOT
-from tests.support.faults import files
+from tests.support.faults import files, script_env
 from tests.support.search_doubles import seeded_textcraft_policy
 from tests.support.search_runs import DOUBLE, SEARCH_ENV, collect, tree_files
 
@@ -150,7 +150,7 @@ def test_unreachable_server(tmp_path):
 
 def test_help_documents_every_env_var():
     res = subprocess.run([sys.executable, str(ROOT / "mcts_collection.py"), "--help"], cwd=ROOT, capture_output=True,
-                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         text=True, env=script_env())
     assert res.returncode == 0
     for name in ("TASK", "MAX_DEPTH", "ITERA", "N_GEN", "TEMP", "MAX_TOKEN_LENGTH", "MODEL_DIR", "MODEL_NAME",
                  "--concurrency", "--seed", "--split_file", "--task_num", "--task_iteration", "--output_dir"):

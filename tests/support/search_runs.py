@@ -35,7 +35,9 @@ DOUBLE = "python:tests.support.search_doubles:seeded_textcraft_backend"
 
 
 def collect(out: Path, server: str, *flags: str, env: dict | None = None, wait: bool = True):
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TASK": "textcraft", "LOGLEVEL": "WARNING", **(env or {})}
+    # the repository first, then a tool's own (mutmut)
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                "TASK": "textcraft", "LOGLEVEL": "WARNING", **(env or {})}
     cmd = [sys.executable, str(ROOT / "mcts_collection.py"), "--env_server_base", server, "--output_dir", str(out), *flags]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
