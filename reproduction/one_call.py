@@ -112,9 +112,11 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     log.info("%s: starting (%.0f s left in the call)", stage, call.left())
     t0 = time.monotonic()
     inherited = {k: v for k, v in os.environ.items() if k not in ("PIECE", "MERGE")}
-    proc = subprocess.Popen(call.command, env={**inherited, **env}, start_new_session=True)
+    proc, held = start_stage(call.command, {**inherited, **env})
     interrupted = False
     try:
+        if held:   # a Ctrl-C or SIGTERM that came while the stage started
+            raise KeyboardInterrupt
         rc = proc.wait(timeout=max(limit - call.grace_s, 1))
         ended = "done" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
@@ -134,6 +136,21 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     if interrupted:
         raise KeyboardInterrupt
     return ended
+
+
+def start_stage(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, bool]:
+    """The stage's process, in a session of its own, and whether SIGINT or
+    SIGTERM came while it started: they are held until it exists, since one
+    raised inside Popen would leave the new stage running, unstopped and
+    unbanked, with no process to stop it."""
+    held: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(command, env=env, start_new_session=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return proc, bool(held)
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float) -> None:

@@ -13,6 +13,7 @@ before it is stopped."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -189,3 +190,29 @@ def test_a_stage_cut_short_is_banked_by_the_call(tmp_path, monkeypatch, how):
     record = (tmp_path / "bank" / one_call.CALLS).read_text().splitlines()
     assert json.loads(record[-1])["ended"] == {"failure": "failed (exit 1)", "budget": "budget",
                                                "interrupt": "interrupted"}[how]
+
+
+def test_a_ctrl_c_while_the_stage_starts_still_stops_and_banks_it(tmp_path, monkeypatch):
+    """The signal lands while Popen starts the stage (the stage already runs): the call must
+    still stop that stage and record it, not leave it running with nobody to bank it."""
+    banked = []
+    monkeypatch.setattr(one_call, "bank", lambda run, bank, limit_root: banked.append(run) or 0)
+    (tmp_path / "runs" / "t").mkdir(parents=True)
+    (tmp_path / "bank").mkdir()
+    real_popen = subprocess.Popen
+    started = []
+
+    class SignalledWhileStarting(real_popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self.pid)
+            os.kill(os.getpid(), signal.SIGINT)   # delivered before Popen returns
+
+    monkeypatch.setattr(one_call.subprocess, "Popen", SignalledWhileStarting)
+    call = a_call(tmp_path, budget_s=10_000, pieces=1, command=["sleep", "600"])
+    with pytest.raises(KeyboardInterrupt):
+        one_call.run_stage(call, "merge", {}, tmp_path / "runs" / "t", tmp_path / "bank", limit=10_000)
+    with pytest.raises(ProcessLookupError):
+        os.killpg(started[0], 0)   # the stage's whole group is gone
+    assert banked == [tmp_path / "runs" / "t"]
+    assert json.loads((tmp_path / "bank" / one_call.CALLS).read_text().splitlines()[-1])["ended"] == "interrupted"
