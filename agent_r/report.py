@@ -222,6 +222,9 @@ def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = Non
     rows.append(("revision turn eps (won)", [_revision_cell(s) for s in summaries]))
     rows.append(("next turn after one", [_after_cell(s) for s in summaries]))
     rows.append(("wins: no revision / revised", [_wins_cell(s) for s in summaries]))
+    rows.append(("revising eps: sentence / bare", [_kinds_cell(s) for s in summaries]))
+    rows.append(("eps with >= 10 revision turns", [_ten_cell(s) for s in summaries]))
+    rows.append(("refused actions per episode", [_refused_cell(s) for s in summaries]))
     rows += _pass_rows(summaries) + (extra or [])
     first = max(len(r[0]) for r in rows)
     widths = [max(len(labels[i]), *(len(r[1][i]) for r in rows)) for i in range(len(summaries))]
@@ -284,6 +287,34 @@ def _wins_cell(summary: dict[str, Any]) -> str:
         return "-"
     wins = round(summary["success_rate"] * summary.get("episodes", summary["tasks"]))
     return f"{wins - got['succeeded']} / {got['succeeded']}"
+
+
+def _kinds_cell(summary: dict[str, Any]) -> str:
+    """Revising episodes by the kind of their revision turns, each with its
+    successes: "79 (9) / 1 (0)". Sampled runs revise with bare ``wait``s
+    that greedy ones hardly write, and a claim about the turn says which
+    kind it counts. "-" for a summary written before the kinds were counted."""
+    got = summary.get("revision_turns") or {}
+    if "sentence" not in got:
+        return "-"
+    return " / ".join(f"{got[k]['episodes']} ({got[k]['succeeded']})" for k in ("sentence", "bare_wait"))
+
+
+def _ten_cell(summary: dict[str, Any]) -> str:
+    """Episodes that revise ten times or more: the loop a model learns from
+    training data full of its own refused revision turns."""
+    got = (summary.get("revision_turns") or {}).get("ten_or_more")
+    return "-" if got is None else str(got)
+
+
+def _refused_cell(summary: dict[str, Any]) -> str:
+    """The environment's refusals of the model's actions: the mean per
+    episode and, in brackets, how many of all of them answered a revision
+    ``wait``: "17.60 (312 of 1760 at a wait)"."""
+    got = summary.get("refused_actions")
+    if not got or got.get("mean") is None:
+        return "-"
+    return f"{got['mean']:.2f} ({got['of_revision_waits']} of {got['refused']} at a wait)"
 
 
 AFTER_KINDS_SHOWN = 6

@@ -84,7 +84,7 @@ def test_summary_and_compare_read_every_file(tmp_path, capsys):
     assert "iter0_eval" in table.splitlines()[0] and "iter1_eval" in table.splitlines()[0]
     # episode by episode against the first run: tasks 0 and 1 gained, task 2 lost, McNemar p = 1
     paired = [line for line in table.splitlines() if line.startswith("vs first")]
-    assert len(paired) == 1 and paired[0].endswith("-  2 / 1 (p 1) of 3")
+    assert len(paired) == 1 and paired[0].split()[-8:] == ["-", "2", "/", "1", "(p", "1)", "of", "3"]
 
 
 def test_compare_needs_a_known_task(tmp_path):
@@ -185,3 +185,30 @@ def test_the_compare_table_splits_the_wins_into_episodes_without_and_with_a_revi
     del greedy["episodes"]
     rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary, greedy]).splitlines()}
     assert rows["wins: no revision / revised"].split()[-6:] == ["3", "/", "8", "3", "/", "0"]
+
+
+def test_the_compare_table_counts_the_revision_kinds_the_long_loops_and_the_refusals():
+    """The figures a masked and an unmasked model are compared by, in the
+    printed table: revising episodes of each kind with their successes,
+    episodes with ten or more revision turns, refusals per episode; "-" for
+    summaries written before they were counted."""
+    from agent_r.revision import REVISION_THOUGHTS
+    sentence, bare = f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait", "Action: wait"
+    results = [episode([sentence] * 10 + ["Action: craft 1 dried kelp block using 9 dried kelp"], success=True),
+               episode([bare, "Action: get 9 dried kelp"]),
+               episode(["Action: inventory"])]
+    for r in results:   # the env refuses every revision wait, as TextCraft does
+        for i, m in enumerate(r["state"][:-1]):
+            if m["role"] == "assistant" and m["content"].endswith("Action: wait"):
+                r["state"][i + 1]["content"] = "Could not execute wait"
+    summary = {"task": "textcraft", "tasks": 3, "score_x100": 0.0, "success_rate": 1 / 3, "mean_steps": 2.0,
+               "step_limit": 0, "disaster": 0, "failed": 0,
+               "loops": {str(k): {"episodes": 0, "fraction": 0.0, "count": 0} for k in report.LOOP_LENGTHS},
+               "revision_turns": report.revision_turn_counts(results, "textcraft"),
+               "refused_actions": report.refused_action_counts(results, "textcraft"), "run_dir": "r"}
+    old = dict(summary, revision_turns={"episodes": 0, "succeeded": 0, "after": {}}, run_dir="s")
+    del old["refused_actions"]
+    rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary, old]).splitlines()}
+    assert rows["revising eps: sentence / bare"].split()[-6:] == ["1", "(1)", "/", "1", "(0)", "-"]
+    assert rows["eps with >= 10 revision turns"].split()[-2:] == ["1", "-"]
+    assert rows["refused actions per episode"].split()[-8:] == ["3.67", "(11", "of", "11", "at", "a", "wait)", "-"]
