@@ -39,6 +39,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from agent_r.io import atomic_write_text, locked
@@ -112,21 +113,24 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     log.info("%s: starting (%.0f s left in the call)", stage, call.left())
     t0 = time.monotonic()
     inherited = {k: v for k, v in os.environ.items() if k not in ("PIECE", "MERGE")}
-    proc, held = start_stage(call.command, {**inherited, **env})
+    started: list[subprocess.Popen] = []
     interrupted = False
     try:
-        if held:   # a Ctrl-C or SIGTERM that came while the stage started
+        # inside the try: a signal handled the moment start_stage restores the handlers still stops the stage
+        if start_stage(call.command, {**inherited, **env}, started):   # one came while the stage started
             raise KeyboardInterrupt
+        proc = started[0]
         rc = proc.wait(timeout=max(limit - call.grace_s, 1))
         ended = "done" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
-        stop_group(proc, call.grace_s)
+        stop_group(started[0], call.grace_s)
         ended = "budget"
     except KeyboardInterrupt:
         # The stage has a session of its own, so the terminal's Ctrl-C (or a SIGTERM,
         # which run_cli turns into one) reaches this process alone: stop the stage
         # as the budget's end would, or its search runs on with nobody to bank it.
-        stop_group(proc, call.grace_s)
+        if started:
+            stop_group(started[0], call.grace_s)
         ended, interrupted = "interrupted", True
     seconds = time.monotonic() - t0
     if run_folder.is_dir():   # the stage banks at its own exit; again here, for one cut short
@@ -138,19 +142,29 @@ def run_stage(call: Call, stage: str, env: dict[str, str], run_folder: Path, ban
     return ended
 
 
-def start_stage(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, bool]:
-    """The stage's process, in a session of its own, and whether SIGINT or
-    SIGTERM came while it started: they are held until it exists, since one
-    raised inside Popen would leave the new stage running, unstopped and
-    unbanked, with no process to stop it."""
+def start_stage(command: list[str], env: dict[str, str], started: list[subprocess.Popen]) -> bool:
+    """Starts the stage in a session of its own and puts its process in
+    ``started`` before SIGINT or SIGTERM can raise again; returns whether one
+    came while it started. They are held meanwhile, since one raised inside
+    Popen, or between Popen and the caller's knowing the process, would leave
+    the new stage running, unstopped and unbanked, with no process to stop it."""
     held: list[int] = []
     previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        proc = subprocess.Popen(command, env=env, start_new_session=True)
+        started.append(subprocess.Popen(command, env=env, start_new_session=True))
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return proc, bool(held)
+        restore_handlers(list(previous.items()))
+    return bool(held)
+
+
+def restore_handlers(handlers: list[tuple[int, Any]]) -> None:
+    """Each signal's handler back, every one of them even when restoring one
+    raises (a pending Ctrl-C is handled the moment its handler is back)."""
+    if handlers:
+        try:
+            signal.signal(*handlers[0])
+        finally:
+            restore_handlers(handlers[1:])
 
 
 def stop_group(proc: subprocess.Popen, grace_s: float) -> None:

@@ -139,7 +139,7 @@ def test_an_interrupted_call_stops_its_stage_and_records_it(tmp_path, signum):
     stage = f"bash -c 'echo $$ > {started}.tmp; mv {started}.tmp {started}; sleep 600 & wait'"
     env = {**os.environ, "BANK": str(tmp_path / "bank"), "REPRO_OUT": str(tmp_path), "RUNS": str(tmp_path / "runs"),
            "NAME": "t", "ITERATIONS": "1", "PIECES": "1", "VARIANTS": "agent-r", "BUDGET_S": "100000",
-           "GRACE_S": "5", "STAGE_COMMAND": stage, "MACHINE": "here"}
+           "GRACE_S": "5", "STAGE_COMMAND": stage, "MACHINE": "here", "PYTHONFAULTHANDLER": "1"}
     call = subprocess.Popen([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -147,7 +147,14 @@ def test_an_interrupted_call_stops_its_stage_and_records_it(tmp_path, signum):
             assert call.poll() is None, call.communicate()
             time.sleep(0.05)
         call.send_signal(signum)
-        out, err = call.communicate(timeout=120)
+        try:
+            out, err = call.communicate(timeout=120)
+        except subprocess.TimeoutExpired:   # say where the call hangs: faulthandler prints its stack on SIGABRT
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(started.read_text()), signal.SIGKILL)   # the stage holds the pipes open
+            call.send_signal(signal.SIGABRT)
+            out, err = call.communicate(timeout=60)
+            pytest.fail(f"the call did not end within 120 s of the signal:\n{err}")
         stage_pid = int(started.read_text())
         left = Path(f"/proc/{stage_pid}").exists() and "Z" not in Path(f"/proc/{stage_pid}/stat").read_text().split()[2]
     finally:

@@ -216,3 +216,49 @@ def test_a_ctrl_c_while_the_stage_starts_still_stops_and_banks_it(tmp_path, monk
         os.killpg(started[0], 0)   # the stage's whole group is gone
     assert banked == [tmp_path / "runs" / "t"]
     assert json.loads((tmp_path / "bank" / one_call.CALLS).read_text().splitlines()[-1])["ended"] == "interrupted"
+
+
+def test_a_ctrl_c_handled_as_the_handlers_come_back_still_stops_the_stage(tmp_path, monkeypatch):
+    """A signal that came during Popen may be handled only once the usual
+    handler is back, as KeyboardInterrupt right after start_stage restores it:
+    the stage already runs then, and the call must still know it and stop it."""
+    banked = []
+    monkeypatch.setattr(one_call, "bank", lambda run, bank, limit_root: banked.append(run) or 0)
+    (tmp_path / "runs" / "t").mkdir(parents=True)
+    (tmp_path / "bank").mkdir()
+    real_signal, usual, usual_term = signal.signal, signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    restored = []
+
+    def signal_then_interrupt(signum, handler):
+        old = real_signal(signum, handler)
+        if signum == signal.SIGINT and handler is usual:   # the restore: the pending Ctrl-C is handled now
+            restored.append(signum)
+            raise KeyboardInterrupt
+        return old
+
+    real_popen, started = subprocess.Popen, []
+
+    class Recorded(real_popen):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            started.append(self.pid)
+
+    monkeypatch.setattr(one_call.signal, "signal", signal_then_interrupt)
+    monkeypatch.setattr(one_call.subprocess, "Popen", Recorded)
+    call = a_call(tmp_path, budget_s=10_000, pieces=1, command=["sleep", "600"])
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            one_call.run_stage(call, "merge", {}, tmp_path / "runs" / "t", tmp_path / "bank", limit=10_000)
+        assert restored and started
+        assert signal.getsignal(signal.SIGTERM) is usual_term   # restored too, though SIGINT's restore raised
+        with pytest.raises(ProcessLookupError):
+            os.killpg(started[0], 0)   # the stage's whole group is gone
+    finally:
+        for pid in started:   # never leave a sleep behind when the call did
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        real_signal(signal.SIGTERM, usual_term)
+    assert banked == [tmp_path / "runs" / "t"]
+    assert json.loads((tmp_path / "bank" / one_call.CALLS).read_text().splitlines()[-1])["ended"] == "interrupted"
