@@ -198,7 +198,23 @@ def summarize_dir(run_dir: str | os.PathLike, spec: EnvSpec) -> dict[str, Any]:
 
 def run_labels(summaries: list[dict[str, Any]]) -> list[str]:
     """How a table or plot names each run: its folder's name."""
-    return [Path(s["run_dir"]).name for s in summaries]
+    return path_labels([s["run_dir"] for s in summaries])
+
+
+def path_labels(run_dirs: list[str]) -> list[str]:
+    """Each run's folder name, led by the folders of its path that tell it
+    from another run of the same name: the same model's eval in two runs
+    (``runs/smollm2`` and ``runs/smollm2-masked``) reads
+    ``smollm2/agent-r-iter1_test`` and ``smollm2-masked/agent-r-iter1_test``,
+    not twice the same column head."""
+    paths = [Path(d).absolute().parts for d in run_dirs]
+    labels = []
+    for i, parts in enumerate(paths):
+        twins = [other for j, other in enumerate(paths) if j != i and other[-1] == parts[-1]]
+        differing = [part for k, part in enumerate(parts[:-1])
+                     if any(k >= len(other) - 1 or other[k] != part for other in twins)]
+        labels.append("/".join(differing + [parts[-1]]))
+    return labels
 
 
 def format_table(summaries: list[dict[str, Any]], labels: list[str] | None = None,
@@ -426,7 +442,7 @@ def provenance_warnings(run_dirs: list[str]) -> list[str]:
     if len(run_dirs) < 2:
         return []
     records = [recorded_provenance(d) for d in run_dirs]
-    names = [Path(d).name for d in run_dirs]
+    names = path_labels(run_dirs)
     first, lines = records[0], []
     for run_dir, name, record in zip(run_dirs[1:], names[1:], records[1:]):
         differs = []

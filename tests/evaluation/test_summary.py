@@ -212,3 +212,14 @@ def test_the_compare_table_counts_the_revision_kinds_the_long_loops_and_the_refu
     assert rows["revising eps: sentence / bare"].split()[-6:] == ["1", "(1)", "/", "1", "(0)", "-"]
     assert rows["eps with >= 10 revision turns"].split()[-2:] == ["1", "-"]
     assert rows["refused actions per episode"].split()[-8:] == ["3.67", "(11", "of", "11", "at", "a", "wait)", "-"]
+
+
+def test_runs_of_the_same_name_are_told_apart_by_the_folders_that_differ():
+    """A masked and an unmasked model's evals share a folder name; the
+    table's heads name each run by where its path differs."""
+    labels = report.path_labels(["runs/smollm2/iter_1/eval/agent-r/textcraft/agent-r-iter1_test",
+                                 "runs/smollm2-masked/iter_1/eval/agent-r/textcraft/agent-r-iter1_test",
+                                 "runs/smollm2/iter_0/eval/base/textcraft/base_test"])
+    assert labels == ["smollm2/agent-r-iter1_test", "smollm2-masked/agent-r-iter1_test", "base_test"]
+    assert report.path_labels(["a/x/r", "a/y/s"]) == ["r", "s"]   # distinct names stay short
+    assert report.path_labels(["a/b/r", "c/r"]) == ["a/b/r", "c/r"]   # paths of other depths
