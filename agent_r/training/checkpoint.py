@@ -12,7 +12,10 @@ weights as one that was never stopped.
 
 The folder holds ``trainable.safetensors`` (every parameter that trains),
 ``optimizer.pt`` and ``progress.json`` (steps done, their losses, the key of
-the inputs, and whether only an adapter trains: a run banks only those); it is replaced whole (write beside, then rename), so a kill
+the inputs, whether only an adapter trains: a run banks only those, and
+the segments: which steps ran on which machine in which precision, since a
+run resumed elsewhere may mix them and its record must say so); it is
+replaced whole (write beside, then rename), so a kill
 mid-save leaves the previous checkpoint. A checkpoint of other inputs (start
 model, data, knobs, seed, adapter settings) is never resumed: it is dropped
 with a warning and the fine-tune starts over.
@@ -49,10 +52,19 @@ class StepCheckpoint:
     """A fine-tune's resumable state in ``folder``, saved at most every
     ``every_s`` seconds (0: after every step)."""
 
-    def __init__(self, folder: str | Path, key: str, every_s: float = 600.0, adapter: bool = False) -> None:
+    def __init__(self, folder: str | Path, key: str, every_s: float = 600.0, adapter: bool = False,
+                 here: dict | None = None) -> None:
         self.folder, self.key, self.every_s, self.adapter = Path(folder), key, every_s, adapter
         self.saved_at = time.monotonic()
         self.resumed_from = 0   # the step this process's run went on from
+        self.here = here or {}   # what this process's steps ran on (machine, precision)
+        self.earlier: list[dict] = []   # the segments of the processes before it
+
+    def segments(self, step: int) -> list[dict]:
+        """Which steps ran where, up to ``step``: one entry per process that
+        ran some, earliest first."""
+        mine = [{"from_step": self.resumed_from, "to_step": step, **self.here}] if step > self.resumed_from else []
+        return self.earlier + mine
 
     def resume(self, model: Any, opt: Any) -> tuple[int, list[float]]:
         """(steps done, their losses), with the model's trainable weights and
@@ -86,6 +98,8 @@ class StepCheckpoint:
         opt.load_state_dict(state)
         log.info("resuming %s at step %d", self.folder.parent, done["step"])
         self.resumed_from = int(done["step"])
+        # a checkpoint saved before segments were recorded: its steps ran somewhere unrecorded
+        self.earlier = list(done.get("segments") or [{"from_step": 0, "to_step": self.resumed_from}])
         return self.resumed_from, list(done["losses"])
 
     def maybe_save(self, step: int, losses: list[float], model: Any, opt: Any, last: bool = False) -> None:
@@ -105,7 +119,8 @@ class StepCheckpoint:
         save_file({n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad},
                   str(part / TRAINABLE))
         torch.save(opt.state_dict(), part / OPTIMIZER)
-        atomic_write_json(part / PROGRESS, {"key": self.key, "step": step, "adapter": self.adapter, "losses": losses})
+        atomic_write_json(part / PROGRESS, {"key": self.key, "step": step, "adapter": self.adapter, "losses": losses,
+                                                "segments": self.segments(step)})
         old = self.folder.with_name(self.folder.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if self.folder.exists():

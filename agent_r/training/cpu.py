@@ -51,6 +51,7 @@ from typing import Any, Callable, Iterable
 
 from agent_r.llm.chat import IGNORE, ChatFormat
 from agent_r.llm.model_files import cpu_bf16_native, model_dtype
+from agent_r.manifest import machine
 from agent_r.settings import UsageError
 from agent_r.training.adapter import lora_record, save_merged
 from agent_r.training.checkpoint import StepCheckpoint, inputs_key
@@ -257,6 +258,14 @@ def fit(model: Any, steps: list[list[list[Example]]], knobs: TrainKnobs, pad_id:
                                 first=first, after_step=after_step)
 
 
+def precision_of(segments: list[dict] | None, autocast: bool) -> str:
+    """The run's precision; a run resumed in another precision names each,
+    in the order its steps ran them (its ``segments`` say which steps)."""
+    here = "bf16 autocast, fp32 weights" if autocast else "fp32"
+    seen = list(dict.fromkeys(s.get("precision", "unrecorded") for s in segments or []))
+    return "mixed: " + " then ".join(seen) if len(seen) > 1 else here
+
+
 def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainKnobs, seed: int = 0,
               threads: int = 0, cpu_bf16: Callable[[], bool] = cpu_bf16_native, lora: Any = None,
               adapter_dir: str | None = None, full_dir: str | None = None, device: str = "cpu",
@@ -305,7 +314,9 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
     if checkpoint_dir:
         lora_settings = lora_record(lora) if lora is not None else None
         key = inputs_key(model_dir, list(data_files), {**asdict(knobs), "seed": seed, "lora": lora_settings})
-        checkpoint = StepCheckpoint(checkpoint_dir, key, checkpoint_s, adapter=lora is not None)
+        checkpoint = StepCheckpoint(checkpoint_dir, key, checkpoint_s, adapter=lora is not None,
+                                    here={"machine": machine(), "device": device,
+                                          "precision": "bf16 autocast, fp32 weights" if autocast else "fp32"})
     losses = fit(model, steps, knobs, pad, bf16_autocast=autocast, checkpoint=checkpoint)
     model.to("cpu").eval()
     saved = own if own in ("bfloat16", "float16") else None   # a half-precision model stays one
@@ -328,12 +339,13 @@ def fine_tune(model_dir: str, data_files: list[str], out_dir: str, knobs: TrainK
         checkpoint.remove()
         if checkpoint.resumed_from:
             extra["resumed_from_step"] = checkpoint.resumed_from
+            extra["segments"] = checkpoint.segments(len(steps))
     tenth = max(1, len(losses) // 10)
     stats = {"trainer": "cpu", "agent_samples": agent, "general_samples": len(records) - agent,
              "samples": len(data), "steps": len(steps), "tokens": sum(len(ex.ids) for ex in data) * knobs.epochs,
              "first_loss": round(sum(losses[:tenth]) / tenth, 4), "last_loss": round(sum(losses[-tenth:]) / tenth, 4),
              "losses": [round(x, 4) for x in losses],
-             "device": device, "precision": "bf16 autocast, fp32 weights" if autocast else "fp32", "saved_dtype": saved or "float32",
+             "device": device, "precision": precision_of(extra.get("segments"), autocast), "saved_dtype": saved or "float32",
              "seconds": round(time.time() - started, 1), "config": {**asdict(knobs), "seed": seed}, **extra}
     log.info("fine-tuned %s on %d samples: %d steps, loss %.3f -> %.3f", model_dir, len(data), len(steps),
              stats["first_loss"], stats["last_loss"])

@@ -95,3 +95,42 @@ def test_a_save_cut_between_its_renames_is_still_resumed(setup, tmp_path, monkey
     folder.rename(folder.with_name("checkpoint.old"))                 # the state after the first rename
     assert tune(setup, tmp_path)["resumed_from_step"] == 4
     assert not folder.with_name("checkpoint.old").exists() and not folder.exists()
+
+
+def test_a_run_resumed_on_another_machine_records_which_steps_ran_where(setup, tmp_path, monkeypatch):
+    from agent_r.training import cpu
+
+    with monkeypatch.context() as m:
+        m.setattr(cpu, "machine", lambda: "first box")
+        stop_after(m, 2)
+        with pytest.raises(Stop):
+            tune(setup, tmp_path)
+    monkeypatch.setattr(cpu, "machine", lambda: "second box")
+    resumed = tune(setup, tmp_path)
+    assert [(s["from_step"], s["to_step"], s["machine"], s["precision"]) for s in resumed["segments"]] == [
+        (0, 2, "first box", "fp32"), (2, STEPS, "second box", "fp32")]
+    assert resumed["precision"] == "fp32"
+
+
+def test_a_checkpoint_saved_before_segments_were_recorded_says_its_steps_are_unrecorded(setup, tmp_path, monkeypatch):
+    with monkeypatch.context() as m:
+        stop_after(m, 2)
+        with pytest.raises(Stop):
+            tune(setup, tmp_path)
+    progress = tmp_path / "checkpoint" / ckpt.PROGRESS
+    old = json.loads(progress.read_text())
+    del old["segments"]
+    progress.write_text(json.dumps(old))
+    resumed = tune(setup, tmp_path)
+    assert resumed["segments"][0] == {"from_step": 0, "to_step": 2}
+    assert resumed["precision"] == "mixed: unrecorded then fp32"
+
+
+def test_a_run_that_mixed_precisions_says_so():
+    from agent_r.training.cpu import precision_of
+
+    bf16, fp32 = "bf16 autocast, fp32 weights", "fp32"
+    assert precision_of(None, autocast=False) == fp32
+    assert precision_of([{"precision": bf16}, {"precision": bf16}], autocast=True) == bf16
+    assert precision_of([{"precision": bf16}, {"precision": fp32}], autocast=False) == f"mixed: {bf16} then {fp32}"
+    assert precision_of([{}, {"precision": fp32}], autocast=False) == "mixed: unrecorded then fp32"
