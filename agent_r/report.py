@@ -286,12 +286,15 @@ def _revision_cell(summary: dict[str, Any]) -> str:
     that fraction: "45 (2, 1-15%)". The interval is there because the
     fraction rests on tens of episodes, where a bare percentage misleads."""
     got = summary.get("revision_turns")
-    if not got:
-        return "-"
-    interval = wilson_interval(got["succeeded"], got["episodes"])
+    return _won(got["episodes"], got["succeeded"]) if got else "-"
+
+
+def _won(episodes: int, succeeded: int) -> str:
+    """ "45 (2, 1-15%)": episodes, successes and the successes' Wilson interval."""
+    interval = wilson_interval(succeeded, episodes)
     if interval is None:
         return "0 (0)"
-    return f"{got['episodes']} ({got['succeeded']}, {100 * interval[0]:.0f}-{100 * interval[1]:.0f}%)"
+    return f"{episodes} ({succeeded}, {100 * interval[0]:.0f}-{100 * interval[1]:.0f}%)"
 
 
 def _wins_cell(summary: dict[str, Any]) -> str:
@@ -307,13 +310,15 @@ def _wins_cell(summary: dict[str, Any]) -> str:
 
 def _kinds_cell(summary: dict[str, Any]) -> str:
     """Revising episodes by the kind of their revision turns, each with its
-    successes: "79 (9) / 1 (0)". Sampled runs revise with bare ``wait``s
-    that greedy ones hardly write, and a claim about the turn says which
-    kind it counts. "-" for a summary written before the kinds were counted."""
+    successes and their Wilson interval: "79 (9, 6-20%) / 1 (0, 0-79%)".
+    Sampled runs revise with bare ``wait``s that greedy ones hardly write,
+    and a claim about the turn (a share of sentence-writing episodes that
+    then succeed) says which kind it counts. "-" for a summary written
+    before the kinds were counted."""
     got = summary.get("revision_turns") or {}
     if "sentence" not in got:
         return "-"
-    return " / ".join(f"{got[k]['episodes']} ({got[k]['succeeded']})" for k in ("sentence", "bare_wait"))
+    return " / ".join(_won(got[k]["episodes"], got[k]["succeeded"]) for k in ("sentence", "bare_wait"))
 
 
 def _ten_cell(summary: dict[str, Any]) -> str:

@@ -209,7 +209,7 @@ def test_the_compare_table_counts_the_revision_kinds_the_long_loops_and_the_refu
     old = dict(summary, revision_turns={"episodes": 0, "succeeded": 0, "after": {}}, run_dir="s")
     del old["refused_actions"]
     rows = {line.split("  ")[0].strip(): line for line in report.format_table([summary, old]).splitlines()}
-    assert rows["revising eps: sentence / bare"].split()[-6:] == ["1", "(1)", "/", "1", "(0)", "-"]
+    assert rows["revising eps: sentence / bare"].split()[-8:] == ["1", "(1,", "21-100%)", "/", "1", "(0,", "0-79%)", "-"]
     assert rows["eps with >= 10 revision turns"].split()[-2:] == ["1", "-"]
     assert rows["refused actions per episode"].split()[-8:] == ["3.67", "(11", "of", "11", "at", "a", "wait)", "-"]
 
