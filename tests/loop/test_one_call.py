@@ -26,6 +26,7 @@ from reproduction.one_call import CALLS, UNFINISHED, running_variants
 from reproduction.pieces import ARCHIVE, bank as bank_run, status
 from tests.loop.conftest import ROOT, comparable
 from tests.loop.doubles import DOUBLE
+from tests.support.faults import sigint_as_at_a_terminal
 
 
 def one_call(tmp_path: Path, base_model: str, where: str, piece_s: str) -> subprocess.CompletedProcess:
@@ -141,7 +142,8 @@ def test_an_interrupted_call_stops_its_stage_and_records_it(tmp_path, signum):
            "NAME": "t", "ITERATIONS": "1", "PIECES": "1", "VARIANTS": "agent-r", "BUDGET_S": "100000",
            "GRACE_S": "5", "STAGE_COMMAND": stage, "MACHINE": "here", "PYTHONFAULTHANDLER": "1"}
     call = subprocess.Popen([str(ROOT / ".venv/bin/python"), "-m", "reproduction.one_call"], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_at_a_terminal)   # a suite run as a background job ignores SIGINT
     try:
         while not started.exists():
             assert call.poll() is None, call.communicate()

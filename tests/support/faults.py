@@ -60,11 +60,11 @@ def run_script(script: str, *args, env: dict | None = None, wait: bool = True, t
     cmd = [sys.executable, *target, *map(str, args)]
     if not wait:
         return subprocess.Popen(cmd, cwd=ROOT, env=script_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=_sigint_as_at_a_terminal)
+                                text=True, preexec_fn=sigint_as_at_a_terminal)
     return subprocess.run(cmd, cwd=ROOT, env=script_env(env), capture_output=True, text=True, timeout=timeout)
 
 
-def _sigint_as_at_a_terminal() -> None:
+def sigint_as_at_a_terminal() -> None:
     """A run a test interrupts gets SIGINT's default disposition, as a run
     started at a terminal has. A shell starts background jobs (`make test &`,
     nohup) with SIGINT ignored, the ignore is inherited through exec, and a
