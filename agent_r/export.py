@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from agent_r.conversation import HEAD_LEN
+from agent_r.conversation import HEAD_LEN, parse_action
 from agent_r.envs import ENVS, get_env
 from agent_r.io import atomic_write_json
 from agent_r.knobs import RefusalMask
@@ -91,6 +91,29 @@ def refused_turns(rows: list[dict], mask: bool) -> tuple[int, int]:
                 if mask:
                     turn["loss"] = False
     return trained, refused
+
+
+def repeated_accepted_turns(rows: list[dict]) -> int:
+    """Trained turns of the rows' ``revise_log`` that repeat the action just
+    before them, which the environment had accepted (``get 4 oak log`` after
+    ``Got 4 oak log``). Searched paths hold such repeats, and a model trained
+    on them repeats an action that worked instead of moving on: masking the
+    refused turns leaves these trained, so they become a larger share of what
+    follows an accepted step."""
+    repeats = 0
+    for row in rows:
+        spec = get_env(row["env"]) if row.get("env") else None
+        log = row["revise_log"]
+        last_accepted = None   # the previous turn's action where the environment accepted it
+        for turn, reply in zip(log, log[1:] + [None]):
+            if turn["role"] != "assistant":
+                continue
+            action = " ".join(parse_action(turn["content"]).lower().split())
+            repeats += _trained(turn) and action == last_accepted
+            accepted = (reply is not None and reply["role"] == "user"
+                        and not (spec is not None and spec.refused(reply["content"])))
+            last_accepted = action if accepted else None
+    return repeats
 
 
 def xtuner_messages(messages: list[dict]) -> list[dict]:
@@ -321,14 +344,20 @@ def write_export(settings: ExportSettings) -> str:
     revisions, goods = read_rows(settings.input)
     note = ""
     if settings.format == "xtuner":
-        trained, refused = refused_turns(chosen_rows(revisions, goods, settings.good_ratio,
-                                                     random.Random(settings.seed)), settings.mask_refused)
+        rows = chosen_rows(revisions, goods, settings.good_ratio, random.Random(settings.seed))
+        trained, refused = refused_turns(rows, settings.mask_refused)
+        repeats = repeated_accepted_turns(rows)
+        still_trained = trained - refused if settings.mask_refused else trained
         samples, what, note = xtuner_export(revisions, goods, settings)
         if refused:
             note = "\n".join(filter(None, [note, (
                 f"{refused} of the samples' {trained} trained turns got a refusal from the environment: "
                 + ("not trained (--mask_refused)" if settings.mask_refused else
                    "trained as the paper trains them (--mask_refused 1 keeps them as history only)"))]))
+        if repeats:
+            note = "\n".join(filter(None, [note, (
+                f"{repeats} of the {still_trained} trained turns repeat the action the "
+                "environment had just accepted (a model learns them as a loop)")]))
     else:
         if not revisions:
             raise UsageError("dpo export needs revision rows (a {TASK}_centric.jsonl from path_collection.py)")

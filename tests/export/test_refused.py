@@ -94,3 +94,21 @@ def test_the_loops_data_stage_exports_with_MASK_REFUSED(tmp_path, mask):
     assert export_rows(s, [str(good)], tmp_path / "train.json", str(tmp_path / "no model")) == 1
     wanted = ["Action: get 1 bone"] if mask == "1" else ["Action: wait", "Action: get 1 bone"]
     assert trained(json.loads((tmp_path / "train.json").read_text())[0]) == wanted
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_trained_repeats_of_an_accepted_action_are_counted(tmp_path, mask):
+    """A repeat after an accepted step is what a model learns as a loop; a
+    repeat after a refusal (a retry) or of an untrained turn is not counted,
+    and masking leaves the accepted repeats trained."""
+    log = (HEAD + turn("Action: get 1 oak log", True, "Got 1 oak log")
+           + turn("Action: Get 1  oak log", True, "Got 1 oak log")             # counted (same action, normalised)
+           + turn("Action: craft 1 stick using 1 oak log", True, "Could not find a valid recipe for stick")
+           + turn("Action: craft 1 stick using 1 oak log", True, "Could not find a valid recipe for stick")  # a retry
+           + turn("Action: get 1 oak log", False, "Got 1 oak log")
+           + turn("Action: get 1 oak log", True, "Got 1 oak log"))             # counted: the one before was accepted
+    good = write_jsonl(tmp_path / "textcraft_good.jsonl", [{"task_num": "3", "revise_log": log}])
+    said = export.write_export(export.ExportSettings(format="xtuner", input=[str(good)],
+                                                     output=str(tmp_path / "t.json"), mask_refused=mask))
+    assert f"2 of the {3 if mask else 5} trained turns repeat the action the environment had just accepted" in said
+    assert export.repeated_accepted_turns([{"revise_log": log, "env": "textcraft"}]) == 2
