@@ -439,11 +439,12 @@ def recorded_provenance(run_dir: str | os.PathLike) -> dict[str, Any]:
             "model_name": config.get("model_name")}
 
 
-def provenance_warnings(run_dirs: list[str]) -> list[str]:
+def provenance_warnings(run_dirs: list[str], same_model_weights: bool = True) -> list[str]:
     """One line for each run that differs from the first in what can change
     its numbers without the model changing: the machine, dtype, backend or
-    an eval setting, and the weights where both runs name the same model.
-    A field either run does not know is named as unknown."""
+    an eval setting, and the weights where both runs name the same model
+    (unless ``same_model_weights`` is False: two recipes' models of one name,
+    different by design). A field either run does not know is named as unknown."""
     if len(run_dirs) < 2:
         return []
     records = [recorded_provenance(d) for d in run_dirs]
@@ -463,7 +464,7 @@ def provenance_warnings(run_dirs: list[str]) -> list[str]:
             differs.append("settings " + ", ".join(f"{k} {(first.get('settings') or {}).get(k)} vs "
                                                    f"{(record.get('settings') or {}).get(k)}" for k in settings))
         same_name = _model_name(run_dirs[0]) == _model_name(run_dir)
-        if same_name and "unknown" not in (first.get("model_sha256"), record.get("model_sha256")) \
+        if same_model_weights and same_name and "unknown" not in (first.get("model_sha256"), record.get("model_sha256")) \
                 and first.get("model_sha256") != record.get("model_sha256"):
             differs.append(f"model_sha256 {first.get('model_sha256', '')[:12]} vs {record.get('model_sha256', '')[:12]} "
                            "for the same model name")

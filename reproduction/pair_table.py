@@ -1,0 +1,202 @@
+"""Two recipes' models side by side, pair by pair, in one results table.
+
+A recipe compared with the paper's on the same data (``make
+reproduce-smollm2-masked`` against the SmolLM2 run) is judged by pairs: the
+same model of each recipe, the same eval, on the same kind of machine. Each
+pair has its own ``eval.py --compare``; this gathers them into the run's
+results.json / results.md / results.png so the account quotes one table
+whose every cell a reader can recompute from the banked episodes:
+
+    python -m reproduction.pieces restore --bank reproduction/smollm2/bank --run runs/smollm2
+    python -m reproduction.pieces restore --bank reproduction/smollm2-masked/bank --run runs/smollm2-masked
+    python -m reproduction.pair_table --pairs reproduction/smollm2-masked/pairs.json
+
+The pairs file lists, per row, the model, the eval and the two eval folders
+(``reference``: the paper's recipe; ``other``: the recipe measured), and may
+carry a ``note`` (where a half predates recorded provenance, say where it
+ran). A pair whose halves are not both finished (no summary.json yet) is
+listed as pending, not guessed at. Greedy evals pair episode by episode
+(gained / lost, McNemar's exact p); sampled ones by task (the paired
+bootstrap of Pass@1 and Pass@4). Beside the success figures each row gives
+what the masked recipe aims at: refusals per episode, episodes that revise
+ten times or more, and how often an episode that writes the revision
+sentence then succeeds (Wilson interval).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agent_r import passk, paths, plots, report
+from agent_r.io import atomic_write_json, atomic_write_text, read_json
+from agent_r.settings import UsageError, run_cli
+from agent_r.significance import paired, wilson_interval
+
+
+def summary_folder(run_dir: str) -> Path | None:
+    """Where a finished eval's summary.json lies: in its folder, or (an eval
+    run outside the loop, whose summary the bank does not carry) in its
+    committed copy, ``runs/<run>/<eval>`` -> ``reproduction/<run>/<eval>`` or
+    ``reproduction/<run>/summaries/<eval>``. None while the eval is not
+    finished: a summary is written at an eval's end."""
+    folder = Path(run_dir)
+    candidates = [folder]
+    if folder.parts[:1] == ("runs",) and len(folder.parts) > 2:
+        name, rest = folder.parts[1], Path(*folder.parts[2:])
+        candidates += [Path("reproduction") / name / rest, Path("reproduction") / name / "summaries" / rest]
+    return next((c for c in candidates if paths.summary_file(c).is_file()), None)
+
+
+def _finished(run_dir: str) -> bool:
+    return summary_folder(run_dir) is not None and bool(paths.result_files(run_dir))
+
+
+def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One eval's own figures, counted from its episode files, and its whole summary."""
+    summary = report.summarize_dir(run_dir, report.env_of_run(run_dir))
+    revisions = summary["revision_turns"]
+    sentence = revisions["sentence"]
+    interval = wilson_interval(sentence["succeeded"], sentence["episodes"])
+    record = report.recorded_provenance(summary_folder(run_dir))
+    half = {"dir": run_dir, "episodes": summary.get("episodes", summary["tasks"]),
+            "success_pct": round(100 * summary["success_rate"], 2),
+            "refused_per_episode": summary["refused_actions"]["mean"],
+            "ten_or_more_revisions": revisions["ten_or_more"],
+            "sentence_episodes": sentence["episodes"], "sentence_succeeded": sentence["succeeded"],
+            "sentence_wilson_pct": [round(100 * x, 1) for x in interval] if interval else None,
+            "machines": record.get("machines"), "dtype": record.get("dtype"),
+            "model_sha256": record.get("model_sha256")}
+    if "per_task" in summary:
+        half["pass_at_k"] = {k: summary["pass_at_k"][k] for k in ("1", "4") if k in summary["pass_at_k"]}
+    return half, summary
+
+
+def measure(pair: dict[str, str]) -> dict[str, Any]:
+    """A row of the table: both halves and their pairing, or why it is pending."""
+    row = {k: pair[k] for k in ("model", "eval", "reference", "other")}
+    if pair.get("note"):
+        row["note"] = pair["note"]
+    missing = [role for role in ("reference", "other") if not _finished(pair[role])]
+    if missing:
+        row["pending"] = " and ".join(missing) + " not finished"
+        return row
+    (ref, ref_summary), (other, other_summary) = _half(pair["reference"]), _half(pair["other"])
+    row["reference_figures"], row["other_figures"] = ref, other
+    if "per_task" in ref_summary and "per_task" in other_summary:
+        row["paired"] = {f"pass_at_{k}": passk.paired_difference(ref_summary["per_task"], other_summary["per_task"], k)
+                         for k in (1, 4)}
+    elif "per_task" in ref_summary or "per_task" in other_summary:
+        raise UsageError(f"{pair['model']}, {pair['eval']}: one half is sampled and the other greedy; "
+                         "pair evals of the same kind")
+    else:
+        spec = report.env_of_run(pair["reference"])
+        row["paired"] = paired(report.outcomes(pair["reference"], spec), report.outcomes(pair["other"], spec))
+    row["provenance_warnings"] = report.provenance_warnings([str(summary_folder(pair[r])) for r in ("reference", "other")],
+                                                          same_model_weights=False)
+    return row
+
+
+def _pct(entry: dict[str, Any] | None, signed: bool = False) -> str:
+    return passk.percent_cell(entry, signed=signed)
+
+
+def _success_cell(half: dict[str, Any]) -> str:
+    if "pass_at_k" in half:
+        return f"Pass@1 {_pct(half['pass_at_k']['1'])}, Pass@4 {_pct(half['pass_at_k'].get('4'))}"
+    return f"{half['success_pct']:g}% of {half['episodes']}"
+
+
+def _paired_cell(row: dict[str, Any]) -> str:
+    got = row["paired"]
+    if "pass_at_1" in got:
+        return f"Pass@1 {_pct(got['pass_at_1'], True)}, Pass@4 {_pct(got['pass_at_4'], True)} ({got['pass_at_1']['tasks']} tasks)"
+    return f"{got['gained']} gained / {got['lost']} lost, p {got['p_value']:.3g}" if got else "-"
+
+
+def _sentence_cell(half: dict[str, Any]) -> str:
+    low_high = half["sentence_wilson_pct"]
+    span = f", {low_high[0]:g}-{low_high[1]:g}%" if low_high else ""
+    return f"{half['sentence_succeeded']} of {half['sentence_episodes']}{span}"
+
+
+def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
+    head = ("| model | eval | paper's recipe | masked | masked - paper's, paired | refused / episode | "
+            ">= 10 revision turns | revision sentence: episodes won | machine |")
+    lines = [f"# The masked recipe against the paper's, pair by pair\n",
+             f"Written by `python -m reproduction.pair_table --pairs {pairs_file}` from the banked episodes "
+             "(restore both banks first). Each cell under two recipes reads paper's -> masked.\n",
+             head, "|" + "---|" * 9]
+    for row in rows:
+        if "pending" in row:
+            lines.append(f"| {row['model']} | {row['eval']} | pending: {row['pending']} | | | | | | |")
+            continue
+        ref, other = row["reference_figures"], row["other_figures"]
+        machine = ", ".join(ref["machines"] or ["unknown"])
+        if other["machines"] != ref["machines"]:
+            machine += " / " + ", ".join(other["machines"] or ["unknown"])
+        lines.append(
+            f"| {row['model']} | {row['eval']} | {_success_cell(ref)} | {_success_cell(other)} | {_paired_cell(row)} | "
+            f"{ref['refused_per_episode']:.2f} -> {other['refused_per_episode']:.2f} | "
+            f"{ref['ten_or_more_revisions']} -> {other['ten_or_more_revisions']} | "
+            f"{_sentence_cell(ref)} -> {_sentence_cell(other)} | {machine}, {ref['dtype']} |")
+    notes = [f"* {row['model']}, {row['eval']}: {row['note']}" for row in rows if row.get("note")]
+    notes += [f"* {row['model']}, {row['eval']}: {w}" for row in rows for w in row.get("provenance_warnings", [])]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> Path:
+    """The masked recipe's paired difference from the paper's, one line a
+    finished pair: Pass@1 with its bootstrap interval where sampled, the
+    success difference in points (no interval; McNemar's p in the label)
+    where greedy."""
+    plt = plots._pyplot()
+    done = [row for row in rows if "pending" not in row]
+    numbers, labels = {}, []
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(done) + 1.8))
+    for y, row in enumerate(done):
+        got, label = row["paired"], f"{row['model']}, {row['eval']}"
+        if "pass_at_1" in got:
+            value, (low, high) = 100 * got["pass_at_1"]["value"], [100 * x for x in got["pass_at_1"]["ci95"]]
+            ax.errorbar(value, y, xerr=[[value - low], [high - value]], fmt="o", color="C0", capsize=3)
+            numbers[label] = {"pass_at_1_points": round(value, 2), "ci95": [round(low, 2), round(high, 2)]}
+        else:
+            value = 100 * (got["gained"] - got["lost"]) / got["tasks"]
+            ax.plot(value, y, "s", mfc="none", color="C1")
+            label += f" (p {got['p_value']:.2g})"
+            numbers[label] = {"success_points": round(value, 2)}
+        labels.append(label)
+    ax.axvline(0, color="grey", lw=0.8)
+    ax.set_yticks(range(len(done)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="masked - paper's recipe, points\n(circles: sampled Pass@1 with its 95% paired interval; squares: greedy success)",
+           title="Masked recipe against the paper's: same data, each pair on one machine kind")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return plots.save(fig, path, numbers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", required=True, help="JSON list of {model, eval, reference, other[, note]}")
+    parser.add_argument("--out", help="folder for results.json/md/png (default: the pairs file's folder)")
+    args = parser.parse_args(argv)
+    try:
+        pairs = read_json(args.pairs)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read the pairs file {args.pairs}: {exc}") from None
+    if not isinstance(pairs, list) or not all(isinstance(p, dict) and {"model", "eval", "reference", "other"} <= set(p)
+                                              for p in pairs):
+        raise UsageError(f"{args.pairs} must be a JSON list of objects with model, eval, reference and other")
+    out = Path(args.out or Path(args.pairs).parent)
+    rows = [measure(pair) for pair in pairs]
+    atomic_write_json(out / paths.RESULTS_JSON, {"pairs_file": args.pairs, "rows": rows})
+    atomic_write_text(out / paths.RESULTS_MD, markdown(rows, args.pairs))
+    plot(rows, out / paths.RESULTS_PNG)
+    finished = sum(1 for row in rows if "pending" not in row)
+    print(f"{finished} of {len(rows)} pairs finished; results.json/md/png in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,121 @@
+"""reproduction/pair_table.py: two recipes' evals gathered pair by pair into
+results.json / .md / .png, counted from the episode files (greedy pairs by
+McNemar, sampled by the paired bootstrap), a pair with an unfinished half
+listed as pending, a summary found in its committed copy, and a bad pairs
+file refused with a message that names it."""
+import json
+
+import pytest
+from PIL import Image
+
+from agent_r import conversation as conv
+from agent_r import passk, report
+from agent_r.settings import UsageError
+from agent_r.significance import mcnemar_exact
+from reproduction import pair_table
+
+REFUSAL = "Could not find a valid recipe for that item."
+
+
+def episode(task: int, success: bool, refusals: int, sample: int | None = None) -> dict:
+    state = conv.initial_conversation("instr", "Goal: craft stick.")
+    for _ in range(refusals):
+        state = conv.append_turn(state, "Thought: try.\nAction: craft 1 stick using 9 dirt", REFUSAL)
+    state = conv.append_turn(state, "Thought: go.\nAction: get 1 stick", "Got 1 stick")
+    row = {"task_id": task, "env_score": float(success), "model_name": "m", "step_num": refusals + 1,
+           "state": state, "success": success, "ended_by": "done" if success else "step_limit"}
+    if sample is not None:
+        row.update(task_key=str(task), sample=sample)
+    return row
+
+
+def write_eval(root, rel: str, rows: list[dict], summary_at: str | None = "here", machine: str = "cpu-a") -> str:
+    folder = root / rel
+    folder.mkdir(parents=True)
+    for row in rows:
+        key = f"{row['task_id']}_s{row['sample']}" if "sample" in row else str(row["task_id"])
+        (folder / f"search_results_{key}.json").write_text(json.dumps(row))
+    if summary_at:
+        summary = report.summarize_dir(folder, report.env_of_run(folder))
+        summary["provenance"] = {"model_sha256": "x", "backend": "vllm", "dtype": "bfloat16", "machines": [machine],
+                                 "commits": ["c"], "settings": {"temperature": 0.0}}
+        where = folder if summary_at == "here" else root / summary_at
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "summary.json").write_text(json.dumps(summary))
+    return rel
+
+
+@pytest.fixture
+def two_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ref_solved, other_solved = {0, 1}, {1, 2, 3}
+    greedy_ref = write_eval(tmp_path, "runs/a/iter_1/eval/m/textcraft/m-iter1_test",
+                            [episode(i, i in ref_solved, refusals=2) for i in range(4)])
+    # the other half's summary only in its committed copy under reproduction/
+    greedy_other = write_eval(tmp_path, "runs/b/iter_1/eval/m/textcraft/m-iter1_test",
+                              [episode(i, i in other_solved, refusals=1) for i in range(4)],
+                              summary_at="reproduction/b/iter_1/eval/m/textcraft/m-iter1_test")
+    ref_wins = {0: 1, 1: 2, 2: 0}
+    other_wins = {0: 3, 1: 2, 2: 1}
+    sampled_ref = write_eval(tmp_path, "runs/a/iter_1/eval/m/sampled/textcraft/m-iter1_test_samples4",
+                             [episode(t, s < ref_wins[t], 0, sample=s) for t in range(3) for s in range(4)])
+    sampled_other = write_eval(tmp_path, "runs/b/iter_1/eval/m/sampled/textcraft/m-iter1_test_samples4",
+                               [episode(t, s < other_wins[t], 0, sample=s) for t in range(3) for s in range(4)],
+                               machine="cpu-b")
+    unfinished = write_eval(tmp_path, "runs/b/iter_2/eval/m/textcraft/m-iter2_test", [episode(0, True, 0)],
+                            summary_at=None)
+    pairs = [{"model": "m1", "eval": "greedy", "reference": greedy_ref, "other": greedy_other},
+             {"model": "m1", "eval": "sampled", "reference": sampled_ref, "other": sampled_other, "note": "why"},
+             {"model": "m2", "eval": "greedy", "reference": greedy_ref, "other": unfinished}]
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "pairs.json").write_text(json.dumps(pairs))
+    return tmp_path, ref_wins, other_wins
+
+
+def test_pairs_counted_from_the_episodes(two_runs, capsys):
+    root, ref_wins, other_wins = two_runs
+    assert pair_table.main(["--pairs", "out/pairs.json"]) == 0
+    rows = json.loads((root / "out" / "results.json").read_text())["rows"]
+    greedy, sampled, pending = rows
+
+    assert greedy["paired"]["gained"] == 2 and greedy["paired"]["lost"] == 1
+    assert greedy["paired"]["p_value"] == pytest.approx(mcnemar_exact(2, 1), abs=1e-3)
+    assert greedy["reference_figures"]["success_pct"] == 50 and greedy["other_figures"]["success_pct"] == 75
+    assert greedy["reference_figures"]["refused_per_episode"] == 2
+    assert greedy["other_figures"]["refused_per_episode"] == 1
+    assert greedy["other_figures"]["machines"] == ["cpu-a"]       # read from the committed copy
+    assert greedy["provenance_warnings"] == []                    # different weights are the point of a pair
+
+    expected = sum(other_wins[t] / 4 - ref_wins[t] / 4 for t in range(3)) / 3
+    assert sampled["paired"]["pass_at_1"]["value"] == pytest.approx(expected, abs=1e-4)
+    assert sampled["paired"]["pass_at_4"]["value"] == pytest.approx(
+        sum(passk.pass_at_k(4, other_wins[t], 4) - passk.pass_at_k(4, ref_wins[t], 4) for t in range(3)) / 3, abs=1e-4)
+    assert any("cpu-b" in w for w in sampled["provenance_warnings"])   # a machine difference is said
+
+    assert pending["pending"] == "other not finished" and "paired" not in pending
+
+    md = (root / "out" / "results.md").read_text()
+    assert "2 gained / 1 lost" in md and "pending: other not finished" in md and "m1, sampled: why" in md
+    assert "2.00 -> 1.00" in md
+    with Image.open(root / "out" / "results.png") as image:
+        drawn = json.loads(image.text["Description"])
+    assert set(drawn) == {"m1, greedy (p 1)", "m1, sampled"}
+    assert "2 of 3 pairs finished" in capsys.readouterr().out
+
+
+def test_a_bad_pairs_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pairs.json").write_text(json.dumps({"model": "m"}))
+    with pytest.raises(UsageError, match="pairs.json must be a JSON list"):
+        pair_table.main(["--pairs", "pairs.json"])
+    with pytest.raises(UsageError, match="cannot read the pairs file missing.json"):
+        pair_table.main(["--pairs", "missing.json"])
+
+
+def test_greedy_and_sampled_halves_are_not_paired(two_runs):
+    root, _, _ = two_runs
+    pairs = json.loads((root / "out" / "pairs.json").read_text())
+    pairs[0]["other"] = pairs[1]["other"]
+    (root / "out" / "pairs.json").write_text(json.dumps(pairs))
+    with pytest.raises(UsageError, match="one half is sampled and the other greedy"):
+        pair_table.main(["--pairs", "out/pairs.json"])
