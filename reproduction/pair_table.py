@@ -65,8 +65,7 @@ def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
             "ten_or_more_revisions": revisions["ten_or_more"],
             "sentence_episodes": sentence["episodes"], "sentence_succeeded": sentence["succeeded"],
             "sentence_wilson_pct": [round(100 * x, 1) for x in interval] if interval else None,
-            "machines": record.get("machines"), "dtype": record.get("dtype"),
-            "model_sha256": record.get("model_sha256")}
+            "provenance": record}
     if "per_task" in summary:
         half["pass_at_k"] = {k: summary["pass_at_k"][k] for k in ("1", "4") if k in summary["pass_at_k"]}
     return half, summary
@@ -132,14 +131,13 @@ def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
             lines.append(f"| {row['model']} | {row['eval']} | pending: {row['pending']} | | | | | | |")
             continue
         ref, other = row["reference_figures"], row["other_figures"]
-        machine = ", ".join(ref["machines"] or ["unknown"])
-        if other["machines"] != ref["machines"]:
-            machine += " / " + ", ".join(other["machines"] or ["unknown"])
+        machines = [half["provenance"].get("machines") or ["unknown"] for half in (ref, other)]
+        machine = ", ".join(machines[0]) + ("" if machines[1] == machines[0] else " / " + ", ".join(machines[1]))
         lines.append(
             f"| {row['model']} | {row['eval']} | {_success_cell(ref)} | {_success_cell(other)} | {_paired_cell(row)} | "
             f"{ref['refused_per_episode']:.2f} -> {other['refused_per_episode']:.2f} | "
             f"{ref['ten_or_more_revisions']} -> {other['ten_or_more_revisions']} | "
-            f"{_sentence_cell(ref)} -> {_sentence_cell(other)} | {machine}, {ref['dtype']} |")
+            f"{_sentence_cell(ref)} -> {_sentence_cell(other)} | {machine}, {ref['provenance'].get('dtype')} |")
     notes = [f"* {row['model']}, {row['eval']}: {row['note']}" for row in rows if row.get("note")]
     notes += [f"* {row['model']}, {row['eval']}: {w}" for row in rows for w in row.get("provenance_warnings", [])]
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"

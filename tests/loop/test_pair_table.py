@@ -83,7 +83,7 @@ def test_pairs_counted_from_the_episodes(two_runs, capsys):
     assert greedy["reference_figures"]["success_pct"] == 50 and greedy["other_figures"]["success_pct"] == 75
     assert greedy["reference_figures"]["refused_per_episode"] == 2
     assert greedy["other_figures"]["refused_per_episode"] == 1
-    assert greedy["other_figures"]["machines"] == ["cpu-a"]       # read from the committed copy
+    assert greedy["other_figures"]["provenance"]["machines"] == ["cpu-a"]   # read from the committed copy
     assert greedy["provenance_warnings"] == []                    # different weights are the point of a pair
 
     expected = sum(other_wins[t] / 4 - ref_wins[t] / 4 for t in range(3)) / 3
