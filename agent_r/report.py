@@ -159,6 +159,22 @@ def refused_action_counts(results: list[dict], task: str) -> dict[str, Any]:
             "per_episode": {str(n): histogram[n] for n in sorted(histogram)}, "of_revision_waits": of_wait}
 
 
+def accepted_repeat_tail(result: dict, spec: EnvSpec) -> int:
+    """How many of the episode's last actions are one action repeated with
+    the environment accepting it each time (``get 4 oak log`` answered ``Got
+    4 oak log`` to the turn limit): the loop a model trained only on
+    accepted steps can learn from paths that repeat them, as the refused
+    revision loop is learnt from refused steps. 0 when the last action was
+    refused."""
+    run, last = 0, None
+    for turn, reply in reversed([(t, r) for t, r in model_exchanges(result) if r is not None]):
+        action = " ".join(conv.parse_action(turn).lower().split())
+        if spec.refused(reply) or (last is not None and action != last):
+            break
+        run, last = run + 1, action
+    return run
+
+
 def turns_after_revision(result: dict, spec: EnvSpec) -> list[str]:
     """The kind of the model turn after each of an episode's revision turns."""
     state = result.get("state", [])

@@ -18,9 +18,10 @@ ran). A pair whose halves are not both finished (no summary.json yet) is
 listed as pending, not guessed at. Greedy evals pair episode by episode
 (gained / lost, McNemar's exact p); sampled ones by task (the paired
 bootstrap of Pass@1 and Pass@4). Beside the success figures each row gives
-what the masked recipe aims at: refusals per episode, episodes that revise
-ten times or more, and how often an episode that writes the revision
-sentence then succeeds (Wilson interval).
+what the masked recipe aims at and what it risks: refusals per episode,
+episodes that revise ten times or more, failed episodes that end repeating
+one action the environment keeps accepting, and how often an episode that
+writes the revision sentence then succeeds (Wilson interval).
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ from agent_r import passk, paths, plots, report
 from agent_r.io import atomic_write_json, atomic_write_text, read_json
 from agent_r.settings import UsageError, run_cli
 from agent_r.significance import paired, wilson_interval
+
+
+STUCK_REPEATS = 5   # a failed episode whose last 5+ actions repeat one accepted action ended in that loop
 
 
 def summary_folder(run_dir: str) -> Path | None:
@@ -54,7 +58,10 @@ def _finished(run_dir: str) -> bool:
 
 def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """One eval's own figures, counted from its episode files, and its whole summary."""
-    summary = report.summarize_dir(run_dir, report.env_of_run(run_dir))
+    spec = report.env_of_run(run_dir)
+    summary = report.summarize_dir(run_dir, spec)
+    stuck = sum(1 for r in report.load_results(run_dir)
+                if not r.get("success") and report.accepted_repeat_tail(r, spec) >= STUCK_REPEATS)
     revisions = summary["revision_turns"]
     sentence = revisions["sentence"]
     interval = wilson_interval(sentence["succeeded"], sentence["episodes"])
@@ -62,7 +69,7 @@ def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     half = {"dir": run_dir, "episodes": summary.get("episodes", summary["tasks"]),
             "success_pct": round(100 * summary["success_rate"], 2),
             "refused_per_episode": summary["refused_actions"]["mean"],
-            "ten_or_more_revisions": revisions["ten_or_more"],
+            "ten_or_more_revisions": revisions["ten_or_more"], "failed_ending_in_accepted_repeats": stuck,
             "sentence_episodes": sentence["episodes"], "sentence_succeeded": sentence["succeeded"],
             "sentence_wilson_pct": [round(100 * x, 1) for x in interval] if interval else None,
             "provenance": record}
@@ -121,14 +128,15 @@ def _sentence_cell(half: dict[str, Any]) -> str:
 
 def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
     head = ("| model | eval | paper's recipe | masked | masked - paper's, paired | refused / episode | "
-            ">= 10 revision turns | revision sentence: episodes won | machine |")
+            ">= 10 revision turns | failed, ending in >= 5 repeats of an accepted action | "
+            "revision sentence: episodes won | machine |")
     lines = [f"# The masked recipe against the paper's, pair by pair\n",
              f"Written by `python -m reproduction.pair_table --pairs {pairs_file}` from the banked episodes "
              "(restore both banks first). Each cell under two recipes reads paper's -> masked.\n",
-             head, "|" + "---|" * 9]
+             head, "|" + "---|" * 10]
     for row in rows:
         if "pending" in row:
-            lines.append(f"| {row['model']} | {row['eval']} | pending: {row['pending']} | | | | | | |")
+            lines.append(f"| {row['model']} | {row['eval']} | pending: {row['pending']} | | | | | | | |")
             continue
         ref, other = row["reference_figures"], row["other_figures"]
         machines = [half["provenance"].get("machines") or ["unknown"] for half in (ref, other)]
@@ -137,6 +145,7 @@ def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
             f"| {row['model']} | {row['eval']} | {_success_cell(ref)} | {_success_cell(other)} | {_paired_cell(row)} | "
             f"{ref['refused_per_episode']:.2f} -> {other['refused_per_episode']:.2f} | "
             f"{ref['ten_or_more_revisions']} -> {other['ten_or_more_revisions']} | "
+            f"{ref['failed_ending_in_accepted_repeats']} -> {other['failed_ending_in_accepted_repeats']} | "
             f"{_sentence_cell(ref)} -> {_sentence_cell(other)} | {machine}, {ref['provenance'].get('dtype')} |")
     notes = [f"* {row['model']}, {row['eval']}: {row['note']}" for row in rows if row.get("note")]
     notes += [f"* {row['model']}, {row['eval']}: {w}" for row in rows for w in row.get("provenance_warnings", [])]

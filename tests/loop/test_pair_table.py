@@ -10,6 +10,7 @@ from PIL import Image
 
 from agent_r import conversation as conv
 from agent_r import passk, report
+from agent_r.envs import get_env
 from agent_r.settings import UsageError
 from agent_r.significance import mcnemar_exact
 from reproduction import pair_table
@@ -81,6 +82,7 @@ def test_pairs_counted_from_the_episodes(two_runs, capsys):
     assert greedy["paired"]["gained"] == 2 and greedy["paired"]["lost"] == 1
     assert greedy["paired"]["p_value"] == pytest.approx(mcnemar_exact(2, 1), abs=1e-3)
     assert greedy["reference_figures"]["success_pct"] == 50 and greedy["other_figures"]["success_pct"] == 75
+    assert greedy["reference_figures"]["failed_ending_in_accepted_repeats"] == 0
     assert greedy["reference_figures"]["refused_per_episode"] == 2
     assert greedy["other_figures"]["refused_per_episode"] == 1
     assert greedy["other_figures"]["provenance"]["machines"] == ["cpu-a"]   # read from the committed copy
@@ -101,6 +103,20 @@ def test_pairs_counted_from_the_episodes(two_runs, capsys):
         drawn = json.loads(image.text["Description"])
     assert set(drawn) == {"m1, greedy (p 1)", "m1, sampled"}
     assert "2 of 3 pairs finished" in capsys.readouterr().out
+
+
+def test_an_episode_ending_in_an_accepted_repeat_is_counted():
+    spec = get_env("textcraft")
+    state = conv.initial_conversation("instr", "Goal: craft stick.")
+    state = conv.append_turn(state, "Thought: try.\nAction: craft 1 stick using 9 dirt", REFUSAL)
+    for _ in range(5):
+        state = conv.append_turn(state, "Thought: more.\nAction: Get 4  oak log", "Got 4 oak log")
+    stuck = {"state": state, "success": False}
+    assert report.accepted_repeat_tail(stuck, spec) == 5
+    refused_last = {"state": conv.append_turn(state, "Thought: go.\nAction: get 4 oak log", REFUSAL)}
+    assert report.accepted_repeat_tail(refused_last, spec) == 0
+    other_last = {"state": conv.append_turn(state, "Thought: go.\nAction: inventory", "Inventory: oak log")}
+    assert report.accepted_repeat_tail(other_last, spec) == 1
 
 
 def test_a_bad_pairs_file_is_named(tmp_path, monkeypatch):
