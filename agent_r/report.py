@@ -434,12 +434,19 @@ def compare(run_dirs: list[str], task: str | None = None, summaries: list[dict[s
     return format_table(summaries, extra=_paired_rows(run_dirs, summaries))
 
 
+def _summary_of(run_dir: str | os.PathLike) -> Path:
+    """A run's summary.json, or ``run_dir`` itself where it names a summary
+    file (one kept apart from its run, as the sampled summaries of a
+    reproduction are)."""
+    return Path(run_dir) if str(run_dir).endswith(".json") else paths.summary_file(run_dir)
+
+
 def recorded_provenance(run_dir: str | os.PathLike) -> dict[str, Any]:
     """A finished run's provenance as its summary.json records it; a summary
     written before summaries held one gives what it does hold (weights,
     backend, dtype, settings) and ``unknown`` for the rest."""
     try:
-        summary = read_json(paths.summary_file(run_dir))
+        summary = read_json(_summary_of(run_dir))
     except (OSError, ValueError):
         summary = {}
     summary = summary if isinstance(summary, dict) else {}
@@ -455,16 +462,18 @@ def recorded_provenance(run_dir: str | os.PathLike) -> dict[str, Any]:
             "model_name": config.get("model_name")}
 
 
-def provenance_warnings(run_dirs: list[str], same_model_weights: bool = True) -> list[str]:
+def provenance_warnings(run_dirs: list[str], same_model_weights: bool = True,
+                        labels: list[str] | None = None) -> list[str]:
     """One line for each run that differs from the first in what can change
     its numbers without the model changing: the machine, dtype, backend or
     an eval setting, and the weights where both runs name the same model
     (unless ``same_model_weights`` is False: two recipes' models of one name,
-    different by design). A field either run does not know is named as unknown."""
+    different by design). A field either run does not know is named as unknown.
+    ``labels`` name the runs in the lines where ``run_dirs`` are summary files."""
     if len(run_dirs) < 2:
         return []
     records = [recorded_provenance(d) for d in run_dirs]
-    names = path_labels(run_dirs)
+    names = labels or path_labels(run_dirs)
     first, lines = records[0], []
     for run_dir, name, record in zip(run_dirs[1:], names[1:], records[1:]):
         differs = []
@@ -491,7 +500,7 @@ def provenance_warnings(run_dirs: list[str], same_model_weights: bool = True) ->
 
 def _model_name(run_dir: str | os.PathLike) -> str | None:
     try:
-        summary = read_json(paths.summary_file(run_dir))
+        summary = read_json(_summary_of(run_dir))
     except (OSError, ValueError):
         return None
     return ((summary.get("config") or {}).get("model_name")) if isinstance(summary, dict) else None

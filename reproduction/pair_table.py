@@ -38,22 +38,30 @@ from agent_r.significance import paired, wilson_interval
 STUCK_REPEATS = 5   # a failed episode whose last 5+ actions repeat one accepted action ended in that loop
 
 
-def summary_folder(run_dir: str) -> Path | None:
-    """Where a finished eval's summary.json lies: in its folder, or (an eval
-    run outside the loop, whose summary the bank does not carry) in its
-    committed copy, ``runs/<run>/<eval>`` -> ``reproduction/<run>/<eval>`` or
-    ``reproduction/<run>/summaries/<eval>``. None while the eval is not
-    finished: a summary is written at an eval's end."""
+def summary_file(run_dir: str) -> Path | None:
+    """Where a finished eval's summary lies: in its folder, or (an eval run
+    outside the loop, whose summary the bank does not carry) in its committed
+    copy, ``runs/<run>/<eval>`` -> ``reproduction/<run>/<eval>`` or
+    ``reproduction/<run>/summaries/<eval>``, or among the run's sampled
+    summaries in ``reproduction/<run>/passk/``, the one whose ``run_dir`` is
+    this eval. None while the eval is not finished: a summary is written at
+    an eval's end."""
     folder = Path(run_dir)
-    candidates = [folder]
-    if folder.parts[:1] == ("runs",) and len(folder.parts) > 2:
-        name, rest = folder.parts[1], Path(*folder.parts[2:])
-        candidates += [Path("reproduction") / name / rest, Path("reproduction") / name / "summaries" / rest]
-    return next((c for c in candidates if paths.summary_file(c).is_file()), None)
+    if len(folder.parts) <= 2 or folder.parts[0] != "runs":
+        return paths.summary_file(folder) if paths.summary_file(folder).is_file() else None
+    name, rest = folder.parts[1], Path(*folder.parts[2:])
+    for candidate in (folder, Path("reproduction") / name / rest, Path("reproduction") / name / "summaries" / rest):
+        if paths.summary_file(candidate).is_file():
+            return paths.summary_file(candidate)
+    for kept in sorted((Path("reproduction") / name / "passk").glob("*_summary.json")):
+        summary = read_json(kept)
+        if isinstance(summary, dict) and summary.get("run_dir") == folder.as_posix():
+            return kept
+    return None
 
 
 def _finished(run_dir: str) -> bool:
-    return summary_folder(run_dir) is not None and bool(paths.result_files(run_dir))
+    return summary_file(run_dir) is not None and bool(paths.result_files(run_dir))
 
 
 def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -65,7 +73,7 @@ def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     revisions = summary["revision_turns"]
     sentence = revisions["sentence"]
     interval = wilson_interval(sentence["succeeded"], sentence["episodes"])
-    record = report.recorded_provenance(summary_folder(run_dir))
+    record = report.recorded_provenance(summary_file(run_dir))
     half = {"dir": run_dir, "episodes": summary.get("episodes", summary["tasks"]),
             "success_pct": round(100 * summary["success_rate"], 2),
             "refused_per_episode": summary["refused_actions"]["mean"],
@@ -98,8 +106,10 @@ def measure(pair: dict[str, str]) -> dict[str, Any]:
     else:
         spec = report.env_of_run(pair["reference"])
         row["paired"] = paired(report.outcomes(pair["reference"], spec), report.outcomes(pair["other"], spec))
-    row["provenance_warnings"] = report.provenance_warnings([str(summary_folder(pair[r])) for r in ("reference", "other")],
-                                                          same_model_weights=False)
+    halves = [pair[r] for r in ("reference", "other")]
+    row["provenance_warnings"] = report.provenance_warnings([str(summary_file(h)) for h in halves],
+                                                          same_model_weights=False,
+                                                          labels=report.path_labels(halves))
     return row
 
 

@@ -1,8 +1,9 @@
 """reproduction/pair_table.py: two recipes' evals gathered pair by pair into
 results.json / .md / .png, counted from the episode files (greedy pairs by
 McNemar, sampled by the paired bootstrap), a pair with an unfinished half
-listed as pending, a summary found in its committed copy, and a bad pairs
-file refused with a message that names it."""
+listed as pending, a summary found in its committed copy or among the
+run's sampled summaries, and a bad pairs file refused with a message that
+names it."""
 import json
 
 import pytest
@@ -40,6 +41,11 @@ def write_eval(root, rel: str, rows: list[dict], summary_at: str | None = "here"
         summary = report.summarize_dir(folder, report.env_of_run(folder))
         summary["provenance"] = {"model_sha256": "x", "backend": "vllm", "dtype": "bfloat16", "machines": [machine],
                                  "commits": ["c"], "settings": {"temperature": 0.0}}
+        if summary_at.endswith(".json"):   # kept apart from its run, found by the run_dir it records
+            summary["run_dir"] = rel
+            (root / summary_at).parent.mkdir(parents=True, exist_ok=True)
+            (root / summary_at).write_text(json.dumps(summary))
+            return rel
         where = folder if summary_at == "here" else root / summary_at
         where.mkdir(parents=True, exist_ok=True)
         (where / "summary.json").write_text(json.dumps(summary))
@@ -58,8 +64,12 @@ def two_runs(tmp_path, monkeypatch):
                               summary_at="reproduction/b/iter_1/eval/m/textcraft/m-iter1_test")
     ref_wins = {0: 1, 1: 2, 2: 0}
     other_wins = {0: 3, 1: 2, 2: 1}
+    # the reference's summary only among the run's sampled summaries in reproduction/a/passk/
+    write_eval(tmp_path, "runs/a/iter_0/eval/m/sampled/textcraft/m-iter0_test_samples4", [episode(0, True, 0, 0)],
+               summary_at="reproduction/a/passk/decoy_summary.json")
     sampled_ref = write_eval(tmp_path, "runs/a/iter_1/eval/m/sampled/textcraft/m-iter1_test_samples4",
-                             [episode(t, s < ref_wins[t], 0, sample=s) for t in range(3) for s in range(4)])
+                             [episode(t, s < ref_wins[t], 0, sample=s) for t in range(3) for s in range(4)],
+                             summary_at="reproduction/a/passk/m_iter1_samples4_summary.json")
     sampled_other = write_eval(tmp_path, "runs/b/iter_1/eval/m/sampled/textcraft/m-iter1_test_samples4",
                                [episode(t, s < other_wins[t], 0, sample=s) for t in range(3) for s in range(4)],
                                machine="cpu-b")
@@ -93,6 +103,7 @@ def test_pairs_counted_from_the_episodes(two_runs, capsys):
     assert sampled["paired"]["pass_at_4"]["value"] == pytest.approx(
         sum(passk.pass_at_k(4, other_wins[t], 4) - passk.pass_at_k(4, ref_wins[t], 4) for t in range(3)) / 3, abs=1e-4)
     assert any("cpu-b" in w for w in sampled["provenance_warnings"])   # a machine difference is said
+    assert sampled["reference_figures"]["provenance"]["machines"] == ["cpu-a"]   # read from passk/
 
     assert pending["pending"] == "other not finished" and "paired" not in pending
 
