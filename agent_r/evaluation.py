@@ -364,15 +364,22 @@ def provenance(settings: EvalSettings, summary: dict[str, Any], earlier: dict[st
 
 
 def _earlier_provenance(run_dir: Path) -> dict[str, Any]:
-    """The provenance the folder's summary recorded before this invocation ({} for none)."""
-    try:
-        old = read_json(paths.summary_file(run_dir)) if paths.summary_file(run_dir).exists() else {}
-    except ValueError:
-        return {}
-    got = old.get("provenance") if isinstance(old, dict) else None
-    if not isinstance(got, dict):
-        return {}
-    return {k: [v for v in got.get(k) or [] if v != UNKNOWN] for k in ("machines", "commits")}
+    """The machines and commits that played the folder's episodes before this
+    summary: the earlier summary's, then its manifests' (every invocation,
+    also one killed before it wrote a summary)."""
+    found: dict[str, list[str]] = {"machines": [], "commits": []}
+    for path in [paths.summary_file(run_dir)] + sorted(run_dir.glob("manifest*.json")):
+        try:
+            old = read_json(path) if path.is_file() else {}
+        except ValueError:
+            continue
+        if not isinstance(old, dict):
+            continue
+        got = old.get("provenance") if path.name == paths.SUMMARY else old
+        for key, values in found.items():
+            listed = got.get(key) if isinstance(got, dict) else None
+            values += [v for v in listed or [] if isinstance(v, str) and v != UNKNOWN and v not in values]
+    return found
 
 
 def _recorded(run_dir: Path, settings: EvalSettings) -> dict[str, Any]:

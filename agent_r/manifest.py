@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_json, read_json
+from agent_r.paths import portable_paths
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,10 @@ def load_manifest(path: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _listed(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
 def write_manifest(
     path: str | Path,
     config: dict[str, Any],
@@ -109,6 +114,9 @@ def write_manifest(
     manifest when not given."""
     previous = load_manifest(path)
     merged = dict(previous.get("items", {})) if isinstance(previous.get("items"), dict) else {}
+    # Every machine and commit that wrote this folder, kept across invocations:
+    # a run killed and resumed elsewhere has no summary from its first machine.
+    machines, commits = (_listed(previous.get(k)) for k in ("machines", "commits"))
     merged.update({str(k): v for k, v in (items or {}).items()})
     manifest = {
         "command": " ".join(sys.argv),
@@ -119,10 +127,13 @@ def write_manifest(
         "versions": dict(package_versions()),
         "git_commit": git_commit(),
         "platform": platform.platform(),
+        "machines": machines + [m for m in [machine()] if m not in machines],
+        "commits": commits + [c for c in [git_commit()] if c and c not in commits],
         "started": iso(started),
         "finished": iso(finished),
         "stats": stats,
         "items": dict(sorted(merged.items(), key=lambda kv: (len(kv[0]), kv[0]))),
     }
+    manifest = portable_paths(manifest)   # committed beside results: no path of the machine that wrote it
     atomic_write_json(path, manifest, indent=2)
     return manifest

@@ -54,8 +54,9 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json
-from agent_r.paths import ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX
+from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json, strict_json
+from agent_r.paths import (ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX, SUMMARY,
+                           portable_paths)
 from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
@@ -167,8 +168,7 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
     if not run.is_dir():
         raise UsageError(f"run folder {run} does not exist")
     files, checkpoints = banked_files(run), checkpoint_files(run)
-    episodes = {episode_archive(dest, rel): packed(sorted((p.name, p.read_bytes())
-                                                           for p in (run / rel).glob(f"{RESULT_PREFIX}*.json")))
+    episodes = {episode_archive(dest, rel): packed([(p.name, committed(p)) for p in eval_files(run / rel)])
                 for rel in episode_runs(run)}
 
     def fits(loose: list[Path], training: set[Path]) -> list[Path]:
@@ -215,8 +215,28 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
         path.unlink()
         if not any(path.parent.iterdir()):
             path.parent.rmdir()
-    pack([(rel.as_posix(), (run / rel).read_bytes()) for rel in files], dest)
+    pack([(rel.as_posix(), committed(run / rel)) for rel in files], dest)
     return len(files) + len(loose) + len(episodes)
+
+
+def eval_files(folder: Path) -> list[Path]:
+    """An eval folder's episodes, with the manifests and summary that say
+    which machines played them: an eval resumed on a fresh machine names
+    the earlier ones too (agent_r.evaluation.provenance)."""
+    return sorted([*folder.glob(f"{RESULT_PREFIX}*.json"), *folder.glob("manifest*.json"),
+                   *[p for p in [folder / SUMMARY] if p.is_file()]])
+
+
+def committed(path: Path) -> bytes:
+    """A banked file's bytes; a manifest's absolute paths (written before
+    manifests recorded portable ones) made relative, as committed files name
+    models and data."""
+    if not (path.name.startswith("manifest") and path.suffix == ".json"):
+        return path.read_bytes()
+    try:
+        return (strict_json(portable_paths(read_json(path)), indent=2) + "\n").encode("utf-8")
+    except ValueError:   # unreadable: banked as it is, and a resumed run writes a new one
+        return path.read_bytes()
 
 
 def check_size(dest: Path, root: Path, limit_mb: float, incoming: list[tuple[Path, int]]) -> None:

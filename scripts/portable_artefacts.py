@@ -7,9 +7,9 @@ the repository relative to the repository.
     python -m scripts.portable_artefacts --check    # exit 1 if any tracked artefact holds one
 
 Which files: every tracked ``*.json`` under bench/, models/ and
-reproduction/, and the summary.json / results.json members of the
-reproduction banks (what a restored run copies back into
-reproduction/<run>/). Only path strings change, in place in the text, so
+reproduction/, and the summary.json, results.json and manifest members of
+the reproduction banks' archives, state and episodes (what a restored run
+copies back). Only path strings change, in place in the text, so
 every number and the formatting stay as they were. Kept because files written before the writers changed (and banks
 made by an older checkout) are fixed by running it again; it is idempotent.
 
@@ -30,8 +30,9 @@ import sys
 import tarfile
 from pathlib import Path
 
+from agent_r.io import atomic_write_bytes
 from agent_r.paths import REPOSITORY
-from reproduction.pieces import ARCHIVE, pack
+from reproduction.pieces import ARCHIVE, EPISODES, packed
 
 # a JSON string literal that is an absolute POSIX path of two or more folders (or a comma list of them)
 ABSOLUTE = re.compile(r'"(/[^"\\/\s]+/(?:[^"\\]|\\.)*)"')
@@ -39,6 +40,7 @@ NOT_ARTEFACTS = ("tokenizer.json", "tokenizer_config.json", "vocab.json")   # a 
 TOP = {"models", "runs", "bench", "reproduction", "work_dirs", "test_result", "demo_output", "mcts_result", "revise_data",
        "scripts", "tests", "agent_r"}
 BANK_MEMBERS = ("summary.json", "results.json")
+MANIFEST_MEMBER = re.compile(r"manifest(\.[\w-]+)?\.json")   # a run's or a shard's manifest (its backend's model folder)
 
 
 def rewrite_path(path: str, run: str | None) -> str | None:
@@ -71,6 +73,8 @@ def rewrite_text(text: str, run: str | None, where: str, unknown: list[str]) -> 
 def run_of(path: Path) -> str | None:
     """The run whose files ``path`` holds: reproduction/<run>/..., its
     bank, or a piece's bank (the piece is a run of its own)."""
+    if not path.is_relative_to(REPOSITORY):
+        return None
     parts = path.relative_to(REPOSITORY).parts
     if parts[0] != "reproduction" or len(parts) < 3:
         return None
@@ -100,14 +104,15 @@ def fix_bank(archive: Path, check: bool, unknown: list[str]) -> bool:
         members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
     changed, out = False, []
     for name, data in members:
-        if Path(name).name in BANK_MEMBERS:
+        if Path(name).name in BANK_MEMBERS or MANIFEST_MEMBER.fullmatch(Path(name).name):
             text = data.decode("utf-8")
-            new = rewrite_text(text, run_of(archive), f"{archive.relative_to(REPOSITORY)}:{name}", unknown)
+            where = archive.relative_to(REPOSITORY) if archive.is_relative_to(REPOSITORY) else archive
+            new = rewrite_text(text, run_of(archive), f"{where}:{name}", unknown)
             changed |= new != text
             data = new.encode("utf-8")
         out.append((name, data))
     if changed and not check:
-        pack(out, archive.parent)
+        atomic_write_bytes(archive, packed(out))
     return changed
 
 
@@ -119,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     artefacts = [p for p in tracked(["bench/*.json", "models/*.json", "reproduction/*.json"])
                  if p.name not in NOT_ARTEFACTS]
     changed = [p for p in artefacts if fix_json(p, args.check, unknown)]
-    changed += [p for p in tracked([f"reproduction/*/{ARCHIVE}"]) if fix_bank(p, args.check, unknown)]
+    changed += [p for p in tracked([f"reproduction/*/{ARCHIVE}", f"reproduction/*/{EPISODES}/*.tar.gz"])
+                if fix_bank(p, args.check, unknown)]
     for path in changed:
         print(f"{'would rewrite' if args.check else 'rewrote'} {path.relative_to(REPOSITORY)}")
     for line in unknown:

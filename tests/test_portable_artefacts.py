@@ -43,3 +43,24 @@ def test_the_check_reads_new_files_and_skips_deleted_ones(tmp_path):
     (tmp_path / "run" / "ignored.json").write_text("{}")
     found = portable_artefacts.tracked(["run/*.json"], root=tmp_path)
     assert sorted(p.name for p in found) == ["new.json", "old.json"]
+
+
+def test_a_manifest_in_an_episode_archive_is_rewritten_in_that_archive(tmp_path):
+    """Manifests name the model folder their backend loaded; an episode archive
+    is rewritten where it lies, not as a state archive beside it."""
+    import tarfile
+
+    from reproduction.pieces import ARCHIVE, packed
+    archive = tmp_path / "episodes" / "iter_1" / "eval" / "m_test.tar.gz"
+    archive.parent.mkdir(parents=True)
+    manifest = '{"backend": {"model_dir": "/scratch/me/models/m"}, "items": {"1": {"env_score": 1.0}}}'
+    archive.write_bytes(packed([("manifest.shard-0-of-2.json", manifest.encode()), ("search_results_1.json", b"{}")]))
+    unknown: list[str] = []
+    assert portable_artefacts.fix_bank(archive, check=True, unknown=unknown)
+    assert portable_artefacts.fix_bank(archive, check=False, unknown=unknown) and unknown == []
+    with tarfile.open(archive) as tar:
+        got = {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers()}
+    assert got == {"manifest.shard-0-of-2.json": manifest.replace("/scratch/me/models/m", "models/m"),
+                   "search_results_1.json": "{}"}
+    assert not (archive.parent / ARCHIVE).exists()
+    assert not portable_artefacts.fix_bank(archive, check=True, unknown=unknown)

@@ -56,15 +56,39 @@ def test_a_summary_records_every_provenance_field(finished):
     assert got["settings"]["max_new_tokens"] > 0 and got["settings"]["max_token_length"] > 0
 
 
+def played_elsewhere(run_dir: Path, other: str) -> None:
+    """As if the folder's episodes so far had been played on ``other``: what its
+    manifest and (where there is one) its summary record."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["machines"] == [machine()]        # every invocation that played records its machine
+    manifest["machines"] = [other]
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    if (run_dir / "summary.json").exists():
+        old = summary(run_dir)
+        old["provenance"]["machines"] = [other]
+        (run_dir / "summary.json").write_text(json.dumps(old))
+
+
 def test_an_eval_resumed_on_another_machine_names_both(finished, textcraft_server):
     run_dir = finished / "out" / "textcraft" / "textcraft-tiny_a"
-    old = summary(run_dir)
-    old["provenance"]["machines"] = ["Some Other CPU, 2 CPU cores"]
-    (run_dir / "summary.json").write_text(json.dumps(old))
+    played_elsewhere(run_dir, "Some Other CPU, 2 CPU cores")
     eval_run(finished, textcraft_server, "--limit", 2, MODEL_TYPE="a")     # nothing left: nothing played here
     assert summary(run_dir)["provenance"]["machines"] == ["Some Other CPU, 2 CPU cores"]
     eval_run(finished, textcraft_server, "--limit", 3, MODEL_TYPE="a")     # one more episode, played here
     assert summary(run_dir)["provenance"]["machines"] == ["Some Other CPU, 2 CPU cores", machine()]
+
+
+def test_an_eval_killed_before_its_summary_and_resumed_elsewhere_names_both(tmp_path, textcraft_server):
+    """A run killed at the end of a session leaves episodes and a manifest but
+    no summary; the machine that finishes it must not be named alone."""
+    eval_run(tmp_path, textcraft_server, "--limit", 1, MODEL_TYPE="k")
+    run_dir = tmp_path / "out" / "textcraft" / "textcraft-tiny_k"
+    (run_dir / "summary.json").unlink()
+    played_elsewhere(run_dir, "The First CPU, 2 CPU cores")
+    eval_run(tmp_path, textcraft_server, "--limit", 2, MODEL_TYPE="k")
+    assert summary(run_dir)["provenance"]["machines"] == ["The First CPU, 2 CPU cores", machine()]
+    assert json.loads((run_dir / "manifest.json").read_text())["machines"] == ["The First CPU, 2 CPU cores",
+                                                                               machine()]
 
 
 def test_compare_warns_in_one_line_of_a_run_made_on_another_machine(tmp_path, textcraft_server):

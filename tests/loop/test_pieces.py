@@ -176,6 +176,28 @@ def test_an_unfinished_evals_episodes_are_banked_so_the_next_machine_goes_on(tmp
     assert got.read_text() == '{"success": true}'
 
 
+def test_an_evals_manifest_and_summary_travel_with_its_episodes_without_machine_paths(tmp_path):
+    """They name the machines that played the episodes: a fresh machine that
+    restores and resumes the eval names them too."""
+    from agent_r.paths import REPOSITORY
+    run_dir = tmp_path / "run"
+    folder = run_dir / "iter_1" / "eval_amx" / "good" / "sampled" / "textcraft" / "good-iter1_test_samples4"
+    folder.mkdir(parents=True)
+    (folder / "search_results_5_0.json").write_text('{"success": true}')
+    model = str(REPOSITORY / "runs" / "r" / "iter_1" / "model" / "good" / "hf")
+    (folder / "manifest.json").write_text(json.dumps({"backend": {"model_dir": model}, "machines": ["CPU A"]}))
+    pieces.bank(run_dir, tmp_path / "bank")
+    fresh = tmp_path / "fresh"
+    pieces.restore(tmp_path / "bank", fresh)
+    restored = json.loads((fresh / folder.relative_to(run_dir) / "manifest.json").read_text())
+    assert restored == {"backend": {"model_dir": "runs/r/iter_1/model/good/hf"}, "machines": ["CPU A"]}
+    (folder / "summary.json").write_text('{"provenance": {"machines": ["CPU A"]}}')   # the eval finished
+    pieces.bank(run_dir, tmp_path / "bank")
+    pieces.restore(tmp_path / "bank", fresh)
+    assert (fresh / folder.relative_to(run_dir) / "summary.json").read_text() == \
+        '{"provenance": {"machines": ["CPU A"]}}'
+
+
 def archived(bank: Path) -> list[Path]:
     with tarfile.open(bank / pieces.ARCHIVE) as tar:
         return [Path(m.name) for m in tar.getmembers()]
