@@ -231,8 +231,8 @@ class _Recorder:
     """Writes each finished episode's file as it ends (so a kill loses only
     episodes in flight) and keeps the manifest's per-task items."""
 
-    def __init__(self, run_dir: Path, progress: tqdm):
-        self.run_dir, self.progress = run_dir, progress
+    def __init__(self, run_dir: Path, progress: tqdm, save_manifest: Callable[[dict[str, Any]], None]):
+        self.run_dir, self.progress, self.save_manifest = run_dir, progress, save_manifest
         self.items: dict[str, Any] = {}
         self.failed = 0
 
@@ -251,6 +251,9 @@ class _Recorder:
         atomic_write_json(paths.result_file(self.run_dir, episode.key), result)
         self.items[episode.key] = {"env_score": result["env_score"], "step_num": result["step_num"],
                                    "ended_by": result["ended_by"], "env_restarts": outcome.restarts}
+        # The manifest after every episode, not only at the end: a folder banked
+        # while its eval runs, whose machine then goes, still names that machine.
+        self.save_manifest(self.items)
         self.progress.update(1)
 
 
@@ -300,17 +303,21 @@ def _run_todo(settings: EvalSettings, backend: Backend, planned: Plan, new_clien
     cfg = DriverConfig(SamplingConfig(temperature=settings.temperature, max_new_tokens=settings.max_new_tokens),
                        settings.max_token_length, settings.concurrency, settings.env_retries,
                        settings.env_retry_delay)
-    started, finished = time.time(), None
+    started, identity = time.time(), model_identity(settings.backend)
+
+    def save_manifest(items: dict[str, Any], finished: float | None = None) -> None:
+        used = _loaded(backend)
+        write_manifest(paths.manifest_file(run_dir, manifest_name(settings.shard)), settings.run_config(), used,
+                       (used.stats if used is not None else BackendStats()).as_dict(), started, finished,
+                       items, identity)
+
     with tqdm(total=len(planned.todo), desc=f"eval {spec.name}", unit="task") as bar:
-        record = _Recorder(run_dir, bar)
+        record, finished = _Recorder(run_dir, bar, save_manifest), None
         try:
             run_jobs([Episode(t, setup) for t in planned.todo], backend, new_client, cfg, record, clients=clients)
             finished = time.time()
         finally:
-            used = _loaded(backend)
-            write_manifest(paths.manifest_file(run_dir, manifest_name(settings.shard)), settings.run_config(), used,
-                           (used.stats if used is not None else BackendStats()).as_dict(), started, finished,
-                           record.items, model_identity(settings.backend))
+            save_manifest(record.items, finished)
     return record.failed
 
 

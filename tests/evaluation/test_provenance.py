@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 from agent_r import conversation as conv
-from agent_r.evaluation import PROVENANCE_FIELDS, UNKNOWN
+from agent_r import paths
+from agent_r.evaluation import PROVENANCE_FIELDS, UNKNOWN, evaluate
 from agent_r.manifest import git_commit, machine
 from agent_r.report import refused_action_counts, revision_turn_counts
 from agent_r.revision import REVISION_THOUGHTS
+from tests.support.doubles import ScriptedBackend
 from tests.support.env_fixtures import ROOT
+from tests.support.eval_runs import config, split_file
 from tests.support.faults import script_env
 
 TINY = ROOT / "models" / "textcraft-tiny"
@@ -89,6 +92,28 @@ def test_an_eval_killed_before_its_summary_and_resumed_elsewhere_names_both(tmp_
     assert summary(run_dir)["provenance"]["machines"] == ["The First CPU, 2 CPU cores", machine()]
     assert json.loads((run_dir / "manifest.json").read_text())["machines"] == ["The First CPU, 2 CPU cores",
                                                                                machine()]
+
+
+def test_a_folder_banked_while_its_eval_plays_already_names_the_machine(tmp_path, textcraft_server):
+    """A long eval is banked part-way and its machine may go before the eval
+    ends; what was banked must still say where its episodes were played.
+    Held at a known point: the second episode's model turn reads the manifest
+    the first episode's end wrote."""
+    seen: list[dict] = []
+    cfg = config(tmp_path, textcraft_server, split_file(tmp_path, [3, 7]), concurrency=1, max_steps=1)
+
+    def policy(messages, i, seed):
+        path = paths.eval_dir(cfg) / "manifest.json"
+        seen.append(json.loads(path.read_text()) if path.exists() else {})
+        return "Thought: look.\nAction: inventory"
+
+    evaluate(cfg, ScriptedBackend(policy))
+    first_turn, second_episode = seen
+    assert first_turn == {}      # nothing played yet, nothing recorded
+    assert second_episode["machines"] == [machine()] and second_episode["finished"] is None
+    assert list(second_episode["items"]) == ["3"]
+    done = json.loads((paths.eval_dir(cfg) / "manifest.json").read_text())
+    assert done["finished"] and list(done["items"]) == ["3", "7"]
 
 
 def test_compare_warns_in_one_line_of_a_run_made_on_another_machine(tmp_path, textcraft_server):
