@@ -187,7 +187,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
     ax.set_yticks(range(len(done)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set(xlabel="masked - paper's recipe, points\n(circles: sampled Pass@1 with its 95% paired interval; squares: greedy success)",
-           title="Masked recipe against the paper's: same data, each pair on one machine kind")
+           title="Masked recipe against the paper's, same data\n(each pair's machines: results.md)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return plots.save(fig, path, numbers)
