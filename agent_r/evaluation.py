@@ -137,6 +137,8 @@ def split_tasks(spec: EnvSpec, split_file: str | None, limit: int | None, split:
     """The test tasks: --split_file, else the split's list for the server at
     ``server`` (identified only then)."""
     indices = spec.split_indices("test", split_file, split=split, server=server)
+    log.info("eval tasks: %d of the %d test tasks of %s", len(indices[:limit]), len(indices), split_file or split
+             or "the default split")
     return [Task(idx, str(idx)) for idx in indices[:limit]]
 
 
@@ -394,8 +396,9 @@ def _recorded(run_dir: Path, settings: EvalSettings) -> dict[str, Any]:
     summary, else from the manifest it wrote (a run killed before its
     summary)."""
     out: dict[str, Any] = {}
-    for path, keys in ((paths.manifest_file(run_dir, manifest_name(settings.shard)), ("backend",)),
-                       (paths.summary_file(run_dir), ("backend", "backend_stats"))):
+    # a final unsharded pass over shards' episodes takes the backend a shard's manifest records
+    manifests = [*sorted(run_dir.glob("manifest.shard-*.json")), paths.manifest_file(run_dir, manifest_name(settings.shard))]
+    for path, keys in [*((m, ("backend",)) for m in manifests), (paths.summary_file(run_dir), ("backend", "backend_stats"))]:
         try:
             old = read_json(path) if path.exists() else {}
         except ValueError:

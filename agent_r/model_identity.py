@@ -57,7 +57,7 @@ def recorded_identity(folder: Path) -> Optional[dict[str, Any]]:
     return None
 
 
-def _shown(identity: dict[str, Any]) -> str:
+def shown_model(identity: dict[str, Any]) -> str:
     where = identity.get("path") or identity.get("name") or "an unnamed model"
     sha = identity.get("sha256")
     return f"{where} (weights {sha[:12]})" if sha else str(where)
@@ -79,6 +79,6 @@ def check_same_model(folder: Path, identity: dict[str, Any], what: str) -> None:
     ``identity``'s; nothing when it holds none or this model's."""
     recorded = recorded_identity(folder) if folder.is_dir() else None
     if recorded is not None and not same_model(recorded, identity):
-        raise UsageError(f"{folder} holds the {what} of {_shown(recorded)}, not of this model, {_shown(identity)}: "
+        raise UsageError(f"{folder} holds the {what} of {shown_model(recorded)}, not of this model, {shown_model(identity)}: "
                          "set MODEL_NAME (--model_name) to give this model a folder of its own, or pass another "
                          "--output_dir")

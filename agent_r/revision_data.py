@@ -29,11 +29,13 @@ from tqdm import tqdm
 from agent_r import paths, revision
 from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, atomic_write_jsonl, file_sha256, read_json
-from agent_r.knobs import (VERIFIER_TEMPERATURE, BackendSettings, PairKnobs, PromptBudget, TaskChoice, Temperature,
-                           max_new_tokens_setting, resolved_model_name)
+from agent_r.knobs import (VERIFIER_TEMPERATURE, BackendSettings, PairKnobs, PromptBudget, ShardSettings, TaskChoice,
+                           Temperature, max_new_tokens_setting, resolved_model_name)
 from agent_r.llm import BUNDLED_MODEL, Backend, LazyBackend, make_backend
-from agent_r.manifest import write_manifest
+from agent_r.manifest import load_manifest, write_manifest
+from agent_r.model_identity import recorded_identity, same_model, shown_model
 from agent_r.revision import RevisionConfig, TreeRows
+from agent_r.sharding import describe as describe_shard, shard_items, shard_position
 from agent_r.settings import EXIT_ITEMS_FAILED, EXIT_OK, UsageError, manifest_config, nested, setting, validate
 from agent_r.tree import TreeFormatError, load_tree
 
@@ -61,6 +63,7 @@ class PathSettings(TaskChoice, PromptBudget, PairKnobs, Temperature):
     tree_batch: int = setting(32, minimum=1, help="trees whose verifier prompts share one batched model call "
                                                   "(default 32)")
     backend: BackendSettings = nested(BackendSettings)
+    shard: ShardSettings = nested(ShardSettings)
 
     def finish(self) -> None:
         """Per-task defaults, the verifier's temperature and prompt budget,
@@ -132,6 +135,32 @@ class PartCache:
                           indent=None)
 
 
+# --------------------------------------------------------------------------- whose rows
+
+def trees_source(folder: Path) -> dict:
+    """The trees a JSONL's rows come from: their folder and the model that searched them."""
+    return {"folder": str(folder), "model": recorded_identity(folder)}
+
+
+def check_rows_source(settings: PathSettings, trees: Path) -> None:
+    """A JSONL holding rows made from other trees (another model's, or another
+    folder's: the previous iteration of the step-by-step pipeline) is never
+    overwritten: a UsageError names both sources and the way out."""
+    output = paths.revision_file(settings)
+    old = (load_manifest(paths.revision_manifest(output)).get("stats") or {}).get("trees_from")
+    if not output.exists() or not isinstance(old, dict) or not old.get("folder"):
+        return
+    new = trees_source(trees)
+    same_folder = Path(old["folder"]).resolve() == trees.resolve()
+    if same_folder and (not old.get("model") or not new["model"] or same_model(old["model"], new["model"])):
+        return
+    was = f"{old['folder']}" + (f", searched by {shown_model(old['model'])}" if old.get("model") else "")
+    now = f"{trees}" + (f", searched by {shown_model(new['model'])}" if new["model"] else "")
+    raise UsageError(f"{output} holds rows made from the trees in {was}; this run reads the trees in {now}: pass "
+                     f"--output_dir to keep both (e.g. --output_dir {Path(settings.output_dir) / trees.name}), or "
+                     "move the old file away first")
+
+
 # --------------------------------------------------------------------------- the run
 
 @dataclass
@@ -141,6 +170,7 @@ class CollectResult:
     settings: PathSettings
     trees: list[int]                                  # every tree index read, in order
     results: dict[int, TreeRows]                      # tree index -> its rows (failed trees absent)
+    source: dict = field(default_factory=dict)        # trees_source() of the folder read
     failed: list[str] = field(default_factory=list)   # tree files that could not be read
     verifier_prompts_this_run: int = 0
     rows: int = 0
@@ -195,8 +225,14 @@ def collect(settings: PathSettings, backend: Backend | None = None) -> CollectRe
     validate(settings)
     cfg = settings.revision_config()
     trees = find_trees(settings)
+    folder = trees[0][1].parent
+    check_rows_source(settings, folder)
+    everything, trees = len(trees), shard_items(trees, settings.shard)
+    line = describe_shard(settings.shard, len(trees), everything)
+    if line:   # a shard judges its trees into the part cache; the unsharded pass after writes the rows
+        log.info(line)
     cache = PartCache(settings, cfg)
-    result = CollectResult(settings, [idx for idx, _ in trees], {})
+    result = CollectResult(settings, [idx for idx, _ in trees], {}, source=trees_source(folder))
     todo = []
     for idx, path in trees:
         fingerprint = cache.fingerprint(path)
@@ -205,7 +241,7 @@ def collect(settings: PathSettings, backend: Backend | None = None) -> CollectRe
             todo.append((idx, path, fingerprint))
         else:
             result.results[idx] = cached
-    log.info("%d trees in %s, %d already processed", len(trees), trees[0][1].parent, len(trees) - len(todo))
+    log.info("%d trees in %s, %d already processed", len(trees), folder, len(trees) - len(todo))
     verifier = LazyBackend(lambda: backend if backend is not None else make_backend(
         settings.backend, seed=settings.seed, max_model_len=settings.max_token_length + settings.max_new_tokens))
     started = time.time()
@@ -218,7 +254,8 @@ def collect(settings: PathSettings, backend: Backend | None = None) -> CollectRe
         used = verifier.get() if verifier.loaded else None
         if used is not None:
             result.backend_stats = used.stats.as_dict()
-        _write_outputs(result, used, started)
+        if shard_position(settings.shard)[1] == 1:
+            _write_outputs(result, used, started)
     finally:
         if backend is None:
             verifier.close()
@@ -258,7 +295,7 @@ def _write_outputs(result: CollectResult, backend: Backend | None, started: floa
     rows = [row for idx in result.trees if idx in result.results for row in result.results[idx].rows]
     atomic_write_jsonl(result.output, rows)
     result.rows = len(rows)
-    stats = {"trees": len(result.trees), "failed": result.failed, "rows": len(rows),
+    stats = {"trees": len(result.trees), "trees_from": result.source, "failed": result.failed, "rows": len(rows),
              "verifier_prompts_this_run": result.verifier_prompts_this_run, "backend": result.backend_stats}
     write_manifest(paths.revision_manifest(result.output),
                    manifest_config(result.settings), backend, stats, started, time.time())

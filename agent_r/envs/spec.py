@@ -208,8 +208,9 @@ class EnvSpec:
         if dropped:
             log.warning("skipping %d test task(s) of the %r split (never searched): %s", len(dropped),
                         chosen_split.name, dropped[:10])
-        log.info("search tasks: %s of the %r split", where, chosen_split.name)
-        return [i for i in chosen if i not in test], where
+        kept = [i for i in chosen if i not in test]
+        log.info("search tasks: %d selected (%s of the %r split)", len(kept), where, chosen_split.name)
+        return kept, where
 
     def search_candidates(self, settings: Any, server: str, split: Split) -> tuple[list[int], str]:
         """Search tasks before the guard: --split_file or the split's train

@@ -108,6 +108,11 @@ class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples, RefusalM
     # every stage
     max_new_tokens: int = max_new_tokens_setting()
     concurrency: int = setting(8, minimum=1, help="trees searched / episodes played at once (default 8)")
+    gpus: str = setting("", env="GPUS", help="comma-separated device ids the search, verifier and eval stages "
+                        "spread over: one shard process per group of --tensor_parallel_size of them, each on its "
+                        "share of the stage's tasks (agent_r/loop/shards.py); ids that are not GPUs (a CPU) do "
+                        "nothing but split the work (default: CUDA_VISIBLE_DEVICES, else every GPU torch sees; one "
+                        "group runs in the loop's own process)")
     seed: int = setting(0, help="the run seed (default 0)")
     env_server_base: Optional[str] = setting(None, help="env server URL, comma-separated per TASK entry "
                                              "(default: each task's local server)")

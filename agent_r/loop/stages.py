@@ -22,6 +22,7 @@ from agent_r.envs import get_env
 from agent_r.io import atomic_write_json, read_json
 from agent_r.knobs import group_values
 from agent_r.llm import weights_sha256
+from agent_r.loop import shards
 from agent_r.loop.models import ModelPool, Policy
 from agent_r.loop.revise_task import revise_tasks_file, write_revise_tasks
 from agent_r.loop.settings import IterateSettings
@@ -64,6 +65,25 @@ def run_stage(folder: Path, name: str, work: Callable[[], dict]) -> tuple[dict, 
     seconds = round(time.time() - started, 1)
     atomic_write_json(marker, {"stage": name, "stats": stats, "seconds": seconds})
     return stats, seconds
+
+
+# --------------------------------------------------------------------------- one shard process per GPU group
+
+def fan_out(s: IterateSettings, pool: ModelPool, kind: str, settings: Any, folder: Path, what: str) -> None:
+    """Where the loop sees more than one GPU group (GPUS), ``settings``' call
+    runs first as one shard process per group; the caller then makes the
+    same call in process, which finds every item done and loads no model.
+    A served model (openai) is one endpoint: nothing to spread."""
+    if (s.backend.backend or "").strip() == "openai":
+        return
+    groups = shards.gpu_groups(shards.gpu_list(s.gpus), s.backend.tensor_parallel_size)
+    if len(groups) < 2:
+        return
+    pool.close()   # the loop's own process holds no GPU while its shards run
+    try:
+        shards.fan_out(kind, settings, groups, folder, what, pool.seed, pool.max_model_len, run_root(s))
+    except shards.ShardFailed as exc:
+        raise StageIncomplete(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- each stage's script settings
@@ -126,6 +146,7 @@ def search_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy) -> d
     stats = {}
     for task in s.tasks:
         ss = search_settings(s, task, out, p)
+        fan_out(s, pool, shards.SEARCH, ss, out, f"search-{task}")
         summary = search.collect_trees(ss, backend=pool.backend(p))
         if summary.failed:
             raise StageIncomplete(f"search of {task}: {len(summary.failed)} tree(s) failed "
@@ -162,6 +183,8 @@ def collect_data(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, va
         task_stats: dict[str, Any] = {}
         for data_type, revise in kinds:
             ps = path_settings(s, task, input_dir, out, data_type, revise, p, iteration)
+            if ps.revision_config().needs_verifier:
+                fan_out(s, pool, shards.DATA, ps, out, f"verifier-{task}-{data_type}")
             verifier = pool.backend(p) if ps.revision_config().needs_verifier else None
             result = revision_data.collect(ps, backend=verifier)
             if result.failed:
@@ -204,11 +227,12 @@ def run_root(s: IterateSettings) -> Path:
     return Path(s.runs_dir) / s.name
 
 
-def evaluate_one(es: evaluation.EvalSettings, pool: ModelPool, p: Policy, root: Path) -> dict:
+def evaluate_one(s: IterateSettings, es: evaluation.EvalSettings, pool: ModelPool, p: Policy) -> dict:
     """One eval run (resumed per task); the model loads only if tasks remain.
     An episode that failed for good leaves the stage unfinished."""
+    fan_out(s, pool, shards.EVAL, es, Path(es.output_dir), f"eval-{es.run_dir().name}")
     planned = evaluation.plan(es)
-    done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned, root=root)
+    done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned, root=run_root(s))
     if done.failed:
         raise StageIncomplete(f"eval of {es.task} in {done.run_dir}: {done.failed} episode(s) failed on env errors")
     sm = done.summary
@@ -225,6 +249,7 @@ def sampled_eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy
     stats: dict[str, Any] = {"samples": s.eval_samples, "temperature": s.eval_sample_temperature, "test": {}}
     for task in s.tasks:
         es = eval_settings(s, task, out, p, samples=s.eval_samples)
+        fan_out(s, pool, shards.EVAL, es, out, f"sampled-eval-{task}")
         planned = evaluation.plan(es)
         done = evaluation.evaluate(es, pool.backend(p) if planned.todo else None, planned=planned, root=run_root(s))
         if done.failed:
@@ -247,7 +272,7 @@ def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise
                              "revise_task": {}}
     for task in s.tasks:
         es = eval_settings(s, task, out, p)
-        stats["test"][task] = evaluate_one(es, pool, p, run_root(s))
+        stats["test"][task] = evaluate_one(s, es, pool, p)
         if s.revise_limit == 0:
             continue
         source = revise_tasks_file(revise_from or out, task)
@@ -257,6 +282,5 @@ def eval_stage(s: IterateSettings, pool: ModelPool, out: Path, p: Policy, revise
             log.info("revision task of %s: %d of %d failed test episodes, each cut at a random step", task,
                      counts["episodes"], counts["failed"])
         if source.exists() and source.stat().st_size:
-            stats["revise_task"][task] = evaluate_one(eval_settings(s, task, out, p, revise_from=source), pool, p,
-                                                      run_root(s))
+            stats["revise_task"][task] = evaluate_one(s, eval_settings(s, task, out, p, revise_from=source), pool, p)
     return stats
