@@ -5,6 +5,9 @@ because tests put this directory first on PYTHONPATH (also for the bare
 * torch 2.13's ``torch.cpu`` has no ``is_bf16_supported``; XTuner calls it on
   whatever device module it detects (here ``torch.cpu``). Report False: CPU
   runs train in fp32.
+* mmengine's PyTorch launcher (several ranks: torchrun) calls
+  ``torch.cuda.set_device(local_rank)`` before it meets the other ranks,
+  which a CPU build of torch cannot do: there it selects nothing.
 """
 try:
     import torch
@@ -13,3 +16,6 @@ except ImportError:  # not the training env
 
 if torch is not None and not hasattr(torch.cpu, "is_bf16_supported"):
     torch.cpu.is_bf16_supported = lambda *args, **kwargs: False
+
+if torch is not None and not torch.cuda.is_available():
+    torch.cuda.set_device = lambda *args, **kwargs: None
