@@ -15,3 +15,6 @@ optim_wrapper = dict(
     clip_grad=optim_wrapper.clip_grad,  # noqa: F405
     accumulative_counts=optim_wrapper.accumulative_counts,  # noqa: F405
 )
+
+# Several ranks (torchrun) meet over a process group: NCCL needs GPUs, gloo runs on CPU.
+env_cfg = dict(env_cfg, dist_cfg=dict(backend="gloo"))  # noqa: F405
