@@ -127,12 +127,27 @@ setup-browser:
 		|| echo "setup-browser: could not install chromium chromium-driver (as root: apt-get install chromium chromium-driver)"; \
 	fi
 
+# A real SLURM for the cluster tests (tests/cluster, tests/support/slurm_cluster.py): Debian's
+# slurm-wlm and munge, installed only when a daemon is missing, after setup-browser (one apt-get at
+# a time). Where that cannot be done it says so and the cluster tests skip with that reason
+# (under CI=true they fail instead). The tests start slurmctld and slurmd themselves, as root.
+.PHONY: setup-slurm
+setup-slurm: setup-browser
+	@if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/sbin/munged ] && command -v sbatch >/dev/null; then :; \
+	elif ! command -v apt-get >/dev/null; then \
+		echo "setup-slurm: no apt-get here; install SLURM (slurmctld, slurmd, sbatch) and munge yourself"; \
+	else \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+		{ $$SUDO apt-get update -q && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; } \
+		|| echo "setup-slurm: could not install slurm-wlm munge (as root: apt-get install slurm-wlm munge)"; \
+	fi
+
 # The three set-ups are mostly downloads and unpacking: side by side they take
 # about the longest one's time. The tests run on every core (at most 4, a test
 # file per worker: a file's fixtures are built once), which keeps a fresh
 # clone's CI on 2 cores inside 30 minutes.
 test:
-	$(MAKE) --no-print-directory -j3 setup setup-train setup-browser
+	$(MAKE) --no-print-directory -j3 setup setup-train setup-slurm
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --dist loadfile tests
 
 demo: setup
