@@ -3,7 +3,7 @@
 # GPUS_PER_SHARD GPUs, for tensor parallel), each a shard of the same run, all
 # writing into the same output folder (docs/cluster.md).
 #
-#   bash scripts/launch_shards.sh python mcts_collection.py --min 0 --max 444
+#   bash scripts/launch_shards.sh python mcts_collection.py --concurrency 32
 #   GPUS_PER_SHARD=2 bash scripts/launch_shards.sh python eval.py --tensor_parallel_size 2
 #
 # Settings (environment):
@@ -22,7 +22,7 @@
 set -uo pipefail
 
 die() { echo "error: $*" >&2; exit 2; }
-(( $# > 0 )) || die "give the command to run, e.g. bash scripts/launch_shards.sh python mcts_collection.py --min 0 --max 444"
+(( $# > 0 )) || die "give the command to run, e.g. bash scripts/launch_shards.sh python mcts_collection.py --concurrency 32"
 
 if [[ -n "${GPUS:-}" ]]; then
     devices="$GPUS"

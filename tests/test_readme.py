@@ -51,7 +51,7 @@ def step_by_step_block() -> str:
 
 
 # the small settings: the paper's sizes would take days; every other word of the block runs as written
-SMALL = [("--min 0 --max 444", "--min 0 --max 6"), ("MAX_DEPTH=20 ITERA=8 N_GEN=4", "MAX_DEPTH=6 ITERA=2 N_GEN=3"),
+SMALL = [("mcts_collection.py --concurrency 16", "mcts_collection.py --min 0 --max 6 --concurrency 16"), ("MAX_DEPTH=20 ITERA=8 N_GEN=4", "MAX_DEPTH=6 ITERA=2 N_GEN=3"),
          ("NPROC_PER_NODE=8", "NPROC_PER_NODE=1"), ("--port 36001", "--port {port}")]
 
 
