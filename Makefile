@@ -205,6 +205,15 @@ reproduce-smollm2-masked: smollm2-base setup-vllm
 		VARIANTS=$${VARIANTS:-agent-r,direct,good} VARIANT_ITERATIONS=$${VARIANT_ITERATIONS:-good=1} \
 		$(MAKE) --no-print-directory -o smollm2-base -o setup-vllm reproduce-smollm2
 
+# The same rows under the cleaned recipe (docs/revision.md, "Clean continuations"): MASK_REFUSED=1 and
+# CLEAN_PATHS=1 (every trained continuation replayed on the env server and cut to the steps its goal needs),
+# agent-r, direct and good in iteration 1 (ITERATIONS=3 goes on), in runs/smollm2-clean, banked in
+# reproduction/smollm2-clean/bank. DATA_ONLY=1 and TRAIN_ONLY=1 as for reproduce-smollm2-masked.
+.PHONY: reproduce-smollm2-clean
+reproduce-smollm2-clean: smollm2-base setup-vllm
+	NAME=$${NAME:-smollm2-clean} CLEAN_PATHS=$${CLEAN_PATHS:-1} BANK=$${BANK:-reproduction/smollm2-clean/bank} \
+		ITERATIONS=$${ITERATIONS:-1} $(MAKE) --no-print-directory -o smollm2-base -o setup-vllm reproduce-smollm2-masked
+
 # One iteration of the SmolLM2 run in calls of a short-lived machine (reproduction/one_call.py):
 # ITERATIONS=3 PIECES=20 BUDGET_S=540 make one-call-smollm2; exit 3 = call again.
 .PHONY: one-call-smollm2

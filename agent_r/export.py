@@ -25,7 +25,7 @@ from typing import Callable
 from agent_r.conversation import HEAD_LEN, parse_action
 from agent_r.envs import ENVS, get_env
 from agent_r.io import atomic_write_json
-from agent_r.knobs import RefusalMask
+from agent_r.knobs import CleanPaths, RefusalMask
 from agent_r.llm.chat import ChatFormat
 from agent_r.settings import UsageError, parse, setting
 from agent_r.training.settings import DEFAULT_MAX_LENGTH, SequenceLength  # noqa: F401 - re-exported
@@ -315,7 +315,7 @@ def dpo_pairs(revisions: list[dict], layout: str) -> list[dict]:
 
 
 @dataclass
-class ExportSettings(SequenceLength, RefusalMask):
+class ExportSettings(SequenceLength, RefusalMask, CleanPaths):
     """Every setting of ``path_collection.py export`` (flags; MAX_LENGTH, declared with the training knobs, also
     from the environment, where the trainers read it)."""
 
@@ -332,6 +332,8 @@ class ExportSettings(SequenceLength, RefusalMask):
                                     "tokens as the trainers encode them (its own chat format); samples over --max_length are "
                                     "shortened from their untrained history or left out, and counted (default: "
                                     "no length check)")
+    env_server_base: str | None = setting(None, help="--clean_paths: the env server that replays the rows, or "
+                                          "task=url pairs, comma-separated (default: each task's local server)")
 
     def finish(self) -> None:
         missing = [f"--{name}" for name in ("format", "input", "output") if not getattr(self, name)]
@@ -339,16 +341,30 @@ class ExportSettings(SequenceLength, RefusalMask):
             raise UsageError(f"path_collection.py export needs {', '.join(missing)} (see --help)")
 
 
+def clean_report_file(output: str | Path) -> Path:
+    """Beside an export made with --clean_paths: what cleaning did (agent_r.clean.CleanReport)."""
+    output = Path(output)
+    return output.with_name(f"{output.stem}.clean.json")
+
+
 def write_export(settings: ExportSettings) -> str:
     """Write the training file ``settings`` describe; returns the line saying what was written."""
     revisions, goods = read_rows(settings.input)
     note = ""
+    if settings.clean_paths and settings.format == "xtuner":
+        from agent_r import clean
+
+        cleaned, report = clean.clean_rows(revisions + goods, clean.servers(settings.env_server_base))
+        revisions, goods = [r for r in cleaned if "high_log" in r], [r for r in cleaned if "high_log" not in r]
+        atomic_write_json(clean_report_file(settings.output), report.as_dict())
+        note = report.line()
     if settings.format == "xtuner":
         rows = chosen_rows(revisions, goods, settings.good_ratio, random.Random(settings.seed))
         trained, refused = refused_turns(rows, settings.mask_refused)
         repeats = repeated_accepted_turns(rows)
         still_trained = trained - refused if settings.mask_refused else trained
-        samples, what, note = xtuner_export(revisions, goods, settings)
+        samples, what, written = xtuner_export(revisions, goods, settings)
+        note = "\n".join(filter(None, [note, written]))
         if refused:
             note = "\n".join(filter(None, [note, (
                 f"{refused} of the samples' {trained} trained turns got a refusal from the environment: "

@@ -274,6 +274,20 @@ class RefusalMask:
 
 
 @dataclass
+class CleanPaths:
+    """Whether the XTuner export replays each good path and each revision
+    sample's continuation on the env server and cuts it to the steps the goal
+    needs (agent_r/clean.py): no refused step, no step the goal is reached
+    without; the bad prefix and the revision turn stay as they are."""
+
+    clean_paths: bool = setting(False, env="CLEAN_PATHS",
+                                help="1: cut every trained continuation to the steps its goal needs, checked by "
+                                "replaying it on the env server (rows whose replay misses the goal are left out, "
+                                "and counted); iterate.py: in the data stages still to run (default 0, the paper's: "
+                                "the searched paths as they are)")
+
+
+@dataclass
 class SearchKnobs(Temperature):
     """How one MCTS tree is grown (mcts_collection.py, iterate.py's search)."""
 

@@ -57,6 +57,7 @@ from typing import Any
 from agent_r.io import atomic_write_bytes, atomic_write_json, atomic_write_text, read_json, strict_json
 from agent_r.paths import (ADAPTER_DIR, BASE, CHECKPOINT_DIR, EXPORT_FILE, MANIFEST, PARTS, RESULT_PREFIX, SUMMARY,
                            portable_paths)
+from agent_r.loop.shards import LOG_FOLDER as SHARD_FILES
 from agent_r.training.checkpoint import PROGRESS
 from agent_r.settings import UsageError, run_cli, setup_logging
 
@@ -108,7 +109,9 @@ def banked_files(run: Path) -> list[Path]:
             continue
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder)
-            if path.is_file() and PARTS not in rel.parts and not path.name.startswith(RESULT_PREFIX):
+            # never the shard processes' job files and logs (agent_r/loop/shards.py): machine paths, no results
+            if path.is_file() and PARTS not in rel.parts and SHARD_FILES not in rel.parts \
+                    and not path.name.startswith(RESULT_PREFIX):
                 out.append(path.relative_to(run))
     return out
 
@@ -366,14 +369,15 @@ def _of_variants(folders: set[Path], variants: list[str] | None) -> list[Path]:
 
 
 def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
-          variants: list[str] | None = None, marks: dict | None = None) -> dict:
+          variants: list[str] | None = None, marks: Any = None) -> dict:
     """Joins the pieces' iteration ``iteration`` into run ``into``: every
     search marker (summed), every data folder (rows joined in piece order,
     then ``export_data(variant, jsonl_files, export_file)`` -> train_samples).
     ``variants`` limits it to theirs, so one variant's pieces can be merged
     while another variant's pieces of the same iteration are still running.
     ``marks`` join every data marker's statistics (the export's own settings,
-    e.g. ``mask_refused``, and where the rows came from). A "piece" may be a
+    e.g. ``mask_refused`` or ``clean_paths`` with its report, and where the
+    rows came from): a dict, or a function of the variant. A "piece" may be a
     whole other run: a run that trains on another run's rows (DATA_FROM)
     merges that one run, and its markers name it (``data_from``).
     Returns {stage folder: stats}."""
@@ -415,7 +419,7 @@ def merge(pieces: list[Path], into: Path, iteration: int, export_data: Any,
         stats = merge_stats([d["stats"] for d in done])
         stats["train_samples"] = train_samples
         stats["pieces"] = len(pieces)
-        stats.update(marks or {})
+        stats.update(marks(variant) if callable(marks) else marks or {})
         atomic_write_json(folder / MARKER, {"stage": "data", "stats": stats,
                                             "seconds": round(sum(d["seconds"] for d in done), 1)})
         written[str(rel)] = stats
@@ -428,14 +432,20 @@ def loop_merge(pieces: list[Path], into: Path, iteration: int, iterate_argv: lis
     environment): the variants of VARIANTS that run this iteration, their rows
     exported as the whole run's data stage would have exported them."""
     from agent_r.loop import IterateSettings
-    from agent_r.loop.stages import export_rows
+    from agent_r.loop.stages import export_rows, recipe_marks
     from agent_r.settings import parse
 
     s = parse(IterateSettings, iterate_argv, prog="python -m reproduction.pieces merge")
     s.finish()
-    return merge(pieces, into, iteration, lambda variant, files, out: export_rows(s, files, out, s.backend.model_dir),
-                 s.variants_at(iteration), {**({"mask_refused": True} if s.mask_refused else {}),
-                                            **({"data_from": data_from} if data_from else {})})
+    marks: dict[str, dict] = {}
+
+    def export_data(variant: str, files: list[str], out: Path) -> int:
+        samples = export_rows(s, files, out, s.backend.model_dir)
+        marks[variant] = recipe_marks(s, out)
+        return samples
+
+    return merge(pieces, into, iteration, export_data, s.variants_at(iteration),
+                 lambda variant: {**marks.get(variant, {}), **({"data_from": data_from} if data_from else {})})
 
 
 def _text(path: Path) -> str:

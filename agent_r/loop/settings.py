@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from agent_r.envs import get_env
-from agent_r.knobs import (DEFAULT_TASK, BackendSettings, EvalSamples, PairKnobs, PromptBudget, RefusalMask,
+from agent_r.knobs import (DEFAULT_TASK, BackendSettings, CleanPaths, EvalSamples, PairKnobs, PromptBudget, RefusalMask,
                            SearchKnobs, TaskChoice, WaitReply, max_new_tokens_setting)
 from agent_r.settings import UsageError, at_iteration, nested, setting
 from agent_r.training.settings import EtoKnobs, TrainKnobs, TrlKnobs, check_warmup
@@ -28,7 +28,7 @@ OPTIMAL_ONLY = 1 - 1e-9
 
 
 @dataclass
-class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples, RefusalMask):
+class IterateSettings(TaskChoice, PromptBudget, WaitReply, EvalSamples, RefusalMask, CleanPaths):
     """Flag > env var > default. TASK takes several environments,
     comma-separated; MAX_TOKEN_LENGTH unset leaves each stage its own budget
     (search and verifier 4096, eval 7000); WAIT_REPLY reaches every eval (the

@@ -201,8 +201,17 @@ def data_stage(s: IterateSettings, pool: ModelPool, trees: Path, out: Path, vari
                train_file: Path, iteration: int = 1) -> dict:
     """The variant's rows of every task, exported as one pooled XTuner file."""
     stats, files = collect_data(s, pool, trees, out, variant, p, iteration)
-    return {"tasks": stats, "train_samples": export_rows(s, files, train_file, p.model_dir),
-            **({"mask_refused": True} if s.mask_refused else {})}
+    return {"tasks": stats, "train_samples": export_rows(s, files, train_file, p.model_dir), **recipe_marks(s, train_file)}
+
+
+def recipe_marks(s: IterateSettings, train_file: Path) -> dict:
+    """What a data marker says of the export's recipe where it is not the
+    paper's: MASK_REFUSED, and CLEAN_PATHS with what cleaning did."""
+    marks: dict[str, Any] = {"mask_refused": True} if s.mask_refused else {}
+    report = export.clean_report_file(train_file)
+    if s.clean_paths:
+        marks.update(clean_paths=True, **({"clean": read_json(report)} if report.exists() else {}))
+    return marks
 
 
 def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_dir: str) -> int:
@@ -211,7 +220,8 @@ def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_di
     tokenizer = model_dir if Path(model_dir).is_dir() else None
     settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
                                      seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length,
-                                     mask_refused=s.mask_refused)
+                                     mask_refused=s.mask_refused, clean_paths=s.clean_paths,
+                                     env_server_base=",".join(f"{t}={s.servers[t]}" for t in s.tasks))
     rows = sum(1 for f in files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
     if not rows:
         return 0
