@@ -16,11 +16,12 @@ One concept per module (docs/architecture.md):
   revision       pairing leaf paths, splicing revision trajectories
   revision_data  the path_collection run: part cache, batched verifier, JSONL
   export         XTuner / DPO training files
+  clean          clean continuations: trained paths replayed and cut to the steps the goal needs
   episode        an eval episode as a driver job
   evaluation     the eval run: resume, result files, summary
   report         eval summaries and the side-by-side compare table
   sharding       data-parallel shards: which tasks a process takes, per-shard manifests
-  loop/          iterate.py's self-training loop: stages, models, results
+  loop/          iterate.py's self-training loop: stages, models, shards per GPU group, results
   training/      the training knobs, the rows every trainer learns from, the CPU, TRL and ETO trainers
   manifest, io   run manifests; atomic writes
 """

@@ -18,6 +18,7 @@ when some tree still needs judging (``llm.LazyBackend``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -137,28 +138,34 @@ class PartCache:
 
 # --------------------------------------------------------------------------- whose rows
 
-def trees_source(folder: Path) -> dict:
-    """The trees a JSONL's rows come from: their folder and the model that searched them."""
-    return {"folder": str(folder), "model": recorded_identity(folder)}
+def trees_source(folder: Path, trees: list[tuple[int, Path]]) -> dict:
+    """The trees a JSONL's rows come from: their folder, the model that
+    searched them, and one digest of their files (the same trees copied
+    elsewhere are the same source)."""
+    digest = hashlib.sha256("".join(f"{idx}:{file_sha256(path)}\n" for idx, path in trees).encode()).hexdigest()
+    return {"folder": str(folder), "model": recorded_identity(folder), "trees_sha256": digest}
 
 
-def check_rows_source(settings: PathSettings, trees: Path) -> None:
+def check_rows_source(settings: PathSettings, new: dict) -> None:
     """A JSONL holding rows made from other trees (another model's, or another
     folder's: the previous iteration of the step-by-step pipeline) is never
-    overwritten: a UsageError names both sources and the way out."""
+    overwritten: a UsageError names both sources and the way out. The same
+    folder searched further, or the same trees read from elsewhere, are the
+    same source."""
     output = paths.revision_file(settings)
     old = (load_manifest(paths.revision_manifest(output)).get("stats") or {}).get("trees_from")
     if not output.exists() or not isinstance(old, dict) or not old.get("folder"):
         return
-    new = trees_source(trees)
-    same_folder = Path(old["folder"]).resolve() == trees.resolve()
+    same_folder = Path(old["folder"]).resolve() == Path(new["folder"]).resolve()
     if same_folder and (not old.get("model") or not new["model"] or same_model(old["model"], new["model"])):
         return
+    if old.get("trees_sha256") == new["trees_sha256"]:
+        return
     was = f"{old['folder']}" + (f", searched by {shown_model(old['model'])}" if old.get("model") else "")
-    now = f"{trees}" + (f", searched by {shown_model(new['model'])}" if new["model"] else "")
+    now = f"{new['folder']}" + (f", searched by {shown_model(new['model'])}" if new["model"] else "")
     raise UsageError(f"{output} holds rows made from the trees in {was}; this run reads the trees in {now}: pass "
-                     f"--output_dir to keep both (e.g. --output_dir {Path(settings.output_dir) / trees.name}), or "
-                     "move the old file away first")
+                     f"--output_dir to keep both (e.g. --output_dir {Path(settings.output_dir) / Path(new['folder']).name}), "
+                     "or move the old file away first")
 
 
 # --------------------------------------------------------------------------- the run
@@ -226,13 +233,14 @@ def collect(settings: PathSettings, backend: Backend | None = None) -> CollectRe
     cfg = settings.revision_config()
     trees = find_trees(settings)
     folder = trees[0][1].parent
-    check_rows_source(settings, folder)
+    source = trees_source(folder, trees)
+    check_rows_source(settings, source)
     everything, trees = len(trees), shard_items(trees, settings.shard)
     line = describe_shard(settings.shard, len(trees), everything)
     if line:   # a shard judges its trees into the part cache; the unsharded pass after writes the rows
         log.info(line)
     cache = PartCache(settings, cfg)
-    result = CollectResult(settings, [idx for idx, _ in trees], {}, source=trees_source(folder))
+    result = CollectResult(settings, [idx for idx, _ in trees], {}, source=source)
     todo = []
     for idx, path in trees:
         fingerprint = cache.fingerprint(path)

@@ -214,6 +214,12 @@ def recipe_marks(s: IterateSettings, train_file: Path) -> dict:
     return marks
 
 
+def replay_servers(s: IterateSettings) -> str:
+    """The export's --env_server_base for CLEAN_PATHS: each task's server, as task=url pairs."""
+    s.finish()
+    return ",".join(f"{t}={s.servers[t]}" for t in s.tasks)
+
+
 def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_dir: str) -> int:
     """The rows of ``files`` exported as one XTuner file; returns its sample count (0: no file)."""
     # counted with the trained model's tokenizer, so no sample is cut at MAX_LENGTH in training
@@ -221,7 +227,7 @@ def export_rows(s: IterateSettings, files: list[str], train_file: Path, model_di
     settings = export.ExportSettings(format="xtuner", input=files, output=str(train_file), good_ratio=s.good_ratio,
                                      seed=s.seed, tokenizer=tokenizer, max_length=s.train.max_length,
                                      mask_refused=s.mask_refused, clean_paths=s.clean_paths,
-                                     env_server_base=",".join(f"{t}={s.servers[t]}" for t in s.tasks))
+                                     env_server_base=replay_servers(s) if s.clean_paths else None)
     rows = sum(1 for f in files for line in Path(f).read_text(encoding="utf-8").splitlines() if line.strip())
     if not rows:
         return 0
