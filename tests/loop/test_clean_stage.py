@@ -8,6 +8,7 @@ import json
 
 from agent_r.envs import get_env
 from agent_r.loop import run
+from reproduction.clean_table import table
 from tests.loop.conftest import FLAGS, settings_for
 
 
@@ -31,3 +32,4 @@ def test_the_data_stage_cleans_the_paths_it_exports(small_env, textcraft_server,
     exported = json.loads((data / "train.json").read_text())
     assert len(exported) == report["kept"]
     assert sum(refused_trained(s["messages"]) for s in exported) == 0
+    assert f"| 1 | good | {report['kept']} of {report['rows']} |" in table(result.root)   # the account's table
