@@ -111,3 +111,28 @@ def test_the_step_by_step_block_runs_in_order_on_the_bundled_model(tmp_path):
     new_sha = json.loads((new_eval / "summary.json").read_text())["model_sha256"]
     assert base_sha != new_sha
     assert "Llama-3.1-8B-Instruct_iter0" in res.stdout and "llama-iter1_iter1" in res.stdout
+
+
+README_LINES, ANSWER_LINES = 300, 60   # the front door's budgets: detail goes to docs/ and the account
+
+
+def section_lines(text: str, heading: str) -> int:
+    """Lines of a ``## heading`` section, the heading included, up to the next ``## `` heading."""
+    lines = text.splitlines()
+    start = lines.index(heading)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return end - start
+
+
+def test_the_front_door_holds_its_size():
+    assert len(README.splitlines()) <= README_LINES, "README.md is over its 300 lines: move detail to docs/"
+    assert section_lines(README, "## Does it work?") <= ANSWER_LINES, \
+        "'Does it work?' is over 60 lines: the answer first, tables for the detail, the rest in the account"
+
+
+def test_the_size_budgets_fail_one_line_past_them():
+    """The counts above see a line added past a budget (else the test proves nothing)."""
+    answer = "## Does it work?\n" + "line\n" * (ANSWER_LINES - 1) + "## Next\n"
+    assert section_lines(answer, "## Does it work?") == ANSWER_LINES
+    assert section_lines(answer.replace("## Next", "one more\n## Next"), "## Does it work?") == ANSWER_LINES + 1
+    assert len(("x\n" * (README_LINES + 1)).splitlines()) > README_LINES
