@@ -20,6 +20,7 @@ One concept per module (docs/architecture.md):
   episode        an eval episode as a driver job
   evaluation     the eval run: resume, result files, summary
   report         eval summaries and the side-by-side compare table
+  provenance     what made an eval's numbers: recorded, read back, compared
   sharding       data-parallel shards: which tasks a process takes, per-shard manifests
   loop/          iterate.py's self-training loop: stages, models, shards per GPU group, results
   training/      the training knobs, the rows every trainer learns from, the CPU, TRL and ETO trainers

@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 from tqdm import tqdm
 
 from agent_r import conversation as conv
-from agent_r import paths
+from agent_r import paths, provenance
 from agent_r.driver import DriverConfig, Outcome, close_quietly, env_errors, is_fatal, run_jobs
 from agent_r.envs import EnvSpec, get_env
 from agent_r.episode import Episode, EpisodeSetup, Task
@@ -39,7 +39,7 @@ from agent_r.knobs import (EVAL_PROMPT_BUDGET, BackendSettings, PromptBudget, Sh
                            resolved_model_name, seed_setting)
 from agent_r.llm import (BUNDLED_MODEL, Backend, BackendStats, LazyBackend, SamplingConfig, check_backend,
                          make_backend, weights_sha256)
-from agent_r.manifest import git_commit, load_manifest, machine, write_manifest
+from agent_r.manifest import load_manifest, write_manifest
 from agent_r.model_identity import check_same_model, model_identity
 from agent_r.report import summarize_dir
 from agent_r.sharding import describe as describe_shard, manifest_name, shard_items
@@ -342,69 +342,12 @@ def _write_summary(settings: EvalSettings, planned: Plan, run_dir: Path, backend
     if sha:
         summary["model_sha256"] = sha
     if used is None:   # a resumed run with nothing left: what earlier invocations recorded stays
-        summary = {**_recorded(run_dir, settings), **summary}
-    summary["provenance"] = provenance(settings, summary, _earlier_provenance(run_dir), bool(planned.todo))
+        summary = {**provenance.recorded_backend(run_dir, manifest_name(settings.shard)), **summary}
+    summary["provenance"] = provenance.of_summary(settings, summary, provenance.earlier(run_dir), bool(planned.todo))
     summary = paths.portable_paths(summary, root)
     _complete_manifest(run_dir, settings, {t.key for t in planned.tasks})
     atomic_write_json(paths.summary_file(run_dir), summary)
     return summary
-
-
-UNKNOWN = "unknown"
-PROVENANCE_FIELDS = ("model_sha256", "backend", "dtype", "machines", "commits", "settings")
-
-
-def provenance(settings: EvalSettings, summary: dict[str, Any], earlier: dict[str, Any], played: bool) -> dict:
-    """What made a summary's numbers, in one place: the weights, backend and
-    dtype, every machine and project commit that played its episodes (an
-    eval resumed elsewhere names both), and the settings that change
-    outcomes. A field nothing records is ``unknown``, never guessed."""
-    backend = summary.get("backend") or {}
-    machines, commits = list(earlier.get("machines") or []), list(earlier.get("commits") or [])
-    if played:
-        machines += [m for m in [machine()] if m not in machines]
-        commits += [c for c in [git_commit() or UNKNOWN] if c not in commits]
-    return {"model_sha256": summary.get("model_sha256") or UNKNOWN,
-            "backend": backend.get("backend") or UNKNOWN, "dtype": backend.get("dtype") or UNKNOWN,
-            "machines": machines or [UNKNOWN], "commits": commits or [UNKNOWN],
-            "settings": {"temperature": settings.temperature, "samples": settings.eval_samples,
-                         "max_steps": settings.max_steps, "wait_reply": settings.wait_reply,
-                         "max_new_tokens": settings.max_new_tokens, "max_token_length": settings.max_token_length}}
-
-
-def _earlier_provenance(run_dir: Path) -> dict[str, Any]:
-    """The machines and commits that played the folder's episodes before this
-    summary: the earlier summary's, then its manifests' (every invocation,
-    also one killed before it wrote a summary)."""
-    found: dict[str, list[str]] = {"machines": [], "commits": []}
-    for path in [paths.summary_file(run_dir)] + sorted(run_dir.glob("manifest*.json")):
-        try:
-            old = read_json(path) if path.is_file() else {}
-        except ValueError:
-            continue
-        if not isinstance(old, dict):
-            continue
-        got = old.get("provenance") if path.name == paths.SUMMARY else old
-        for key, values in found.items():
-            listed = got.get(key) if isinstance(got, dict) else None
-            values += [v for v in listed or [] if isinstance(v, str) and v != UNKNOWN and v not in values]
-    return found
-
-
-def _recorded(run_dir: Path, settings: EvalSettings) -> dict[str, Any]:
-    """The backend an earlier invocation of this run folder used: from its
-    summary, else from the manifest it wrote (a run killed before its
-    summary)."""
-    out: dict[str, Any] = {}
-    # a final unsharded pass over shards' episodes takes the backend a shard's manifest records
-    manifests = [*sorted(run_dir.glob("manifest.shard-*.json")), paths.manifest_file(run_dir, manifest_name(settings.shard))]
-    for path, keys in [*((m, ("backend",)) for m in manifests), (paths.summary_file(run_dir), ("backend", "backend_stats"))]:
-        try:
-            old = read_json(path) if path.exists() else {}
-        except ValueError:
-            continue
-        out.update({k: old[k] for k in keys if isinstance(old, dict) and old.get(k) is not None})
-    return out
 
 
 def _complete_manifest(run_dir: Path, settings: EvalSettings, keys: set[str]) -> None:

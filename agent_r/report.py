@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r import conversation as conv
-from agent_r import passk, paths
+from agent_r import passk, paths, provenance
 from agent_r.significance import paired, wilson_interval
 from agent_r.envs import EnvSpec, get_env
 from agent_r.io import read_json
@@ -427,80 +427,8 @@ def _paired_rows(run_dirs: list[str], summaries: list[dict[str, Any]]) -> list[t
 def compare(run_dirs: list[str], task: str | None = None, summaries: list[dict[str, Any]] | None = None) -> str:
     """The table of several finished runs (``summaries``: their compare_summaries, when the
     caller has them already), each greedy run paired with the first; runs nothing.
-    Each run made under other conditions than the first is warned of (``provenance_warnings``)."""
+    Each run made under other conditions than the first is warned of (``provenance.warnings``)."""
     summaries = compare_summaries(run_dirs, task) if summaries is None else summaries
-    for line in provenance_warnings(run_dirs):
+    for line in provenance.warnings(run_dirs, path_labels(run_dirs)):
         log.warning("%s", line)
     return format_table(summaries, extra=_paired_rows(run_dirs, summaries))
-
-
-def _summary_of(run_dir: str | os.PathLike) -> Path:
-    """A run's summary.json, or ``run_dir`` itself where it names a summary
-    file (one kept apart from its run, as the sampled summaries of a
-    reproduction are)."""
-    return Path(run_dir) if str(run_dir).endswith(".json") else paths.summary_file(run_dir)
-
-
-def recorded_provenance(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """A finished run's provenance as its summary.json records it; a summary
-    written before summaries held one gives what it does hold (weights,
-    backend, dtype, settings) and ``unknown`` for the rest."""
-    try:
-        summary = read_json(_summary_of(run_dir))
-    except (OSError, ValueError):
-        summary = {}
-    summary = summary if isinstance(summary, dict) else {}
-    if isinstance(summary.get("provenance"), dict):
-        return summary["provenance"]
-    backend, config = summary.get("backend") or {}, summary.get("config") or {}
-    return {"model_sha256": summary.get("model_sha256") or "unknown", "backend": backend.get("backend") or "unknown",
-            "dtype": backend.get("dtype") or "unknown", "machines": ["unknown"], "commits": ["unknown"],
-            "settings": {k: config.get(c) for k, c in (("temperature", "temperature"), ("samples", "eval_samples"),
-                                                      ("max_steps", "max_steps"), ("wait_reply", "wait_reply"),
-                                                      ("max_new_tokens", "max_new_tokens"),
-                                                      ("max_token_length", "max_token_length"))},
-            "model_name": config.get("model_name")}
-
-
-def provenance_warnings(run_dirs: list[str], same_model_weights: bool = True,
-                        labels: list[str] | None = None) -> list[str]:
-    """One line for each run that differs from the first in what can change
-    its numbers without the model changing: the machine, dtype, backend or
-    an eval setting, and the weights where both runs name the same model
-    (unless ``same_model_weights`` is False: two recipes' models of one name,
-    different by design). A field either run does not know is named as unknown.
-    ``labels`` name the runs in the lines where ``run_dirs`` are summary files."""
-    if len(run_dirs) < 2:
-        return []
-    records = [recorded_provenance(d) for d in run_dirs]
-    names = labels or path_labels(run_dirs)
-    first, lines = records[0], []
-    for run_dir, name, record in zip(run_dirs[1:], names[1:], records[1:]):
-        differs = []
-        for field in ("machines", "dtype", "backend"):
-            a, b = first.get(field), record.get(field)
-            if "unknown" in (a, b) or a == ["unknown"] or b == ["unknown"]:
-                differs.append(f"{field} unknown")
-            elif a != b:
-                differs.append(f"{field} {a} vs {b}")
-        settings = [k for k in sorted(set(first.get("settings") or {}) | set(record.get("settings") or {}))
-                    if (first.get("settings") or {}).get(k) != (record.get("settings") or {}).get(k)]
-        if settings:
-            differs.append("settings " + ", ".join(f"{k} {(first.get('settings') or {}).get(k)} vs "
-                                                   f"{(record.get('settings') or {}).get(k)}" for k in settings))
-        same_name = _model_name(run_dirs[0]) == _model_name(run_dir)
-        if same_model_weights and same_name and "unknown" not in (first.get("model_sha256"), record.get("model_sha256")) \
-                and first.get("model_sha256") != record.get("model_sha256"):
-            differs.append(f"model_sha256 {first.get('model_sha256', '')[:12]} vs {record.get('model_sha256', '')[:12]} "
-                           "for the same model name")
-        if differs:
-            lines.append(f"warning: {name} against {names[0]}: " + "; ".join(differs))
-    return lines
-
-
-def _model_name(run_dir: str | os.PathLike) -> str | None:
-    try:
-        summary = read_json(_summary_of(run_dir))
-    except (OSError, ValueError):
-        return None
-    return ((summary.get("config") or {}).get("model_name")) if isinstance(summary, dict) else None

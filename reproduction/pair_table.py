@@ -29,7 +29,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agent_r import passk, paths, plots, report
+from agent_r import passk, paths, plots, provenance, report
 from agent_r.io import atomic_write_json, atomic_write_text, read_json
 from agent_r.settings import UsageError, run_cli
 from agent_r.significance import paired, wilson_interval
@@ -73,7 +73,7 @@ def _half(run_dir: str) -> tuple[dict[str, Any], dict[str, Any]]:
     revisions = summary["revision_turns"]
     sentence = revisions["sentence"]
     interval = wilson_interval(sentence["succeeded"], sentence["episodes"])
-    record = report.recorded_provenance(summary_file(run_dir))
+    record = provenance.recorded(summary_file(run_dir))
     half = {"dir": run_dir, "episodes": summary.get("episodes", summary["tasks"]),
             "success_pct": round(100 * summary["success_rate"], 2),
             "refused_per_episode": summary["refused_actions"]["mean"],
@@ -107,9 +107,8 @@ def measure(pair: dict[str, str]) -> dict[str, Any]:
         spec = report.env_of_run(pair["reference"])
         row["paired"] = paired(report.outcomes(pair["reference"], spec), report.outcomes(pair["other"], spec))
     halves = [pair[r] for r in ("reference", "other")]
-    row["provenance_warnings"] = report.provenance_warnings([str(summary_file(h)) for h in halves],
-                                                          same_model_weights=False,
-                                                          labels=report.path_labels(halves))
+    row["provenance_warnings"] = provenance.warnings([str(summary_file(h)) for h in halves],
+                                                     report.path_labels(halves), same_model_weights=False)
     return row
 
 

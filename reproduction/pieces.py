@@ -225,7 +225,7 @@ def bank(run: Path, dest: Path, limit_root: Path | None = None, limit_mb: float 
 def eval_files(folder: Path) -> list[Path]:
     """An eval folder's episodes, with the manifests and summary that say
     which machines played them: an eval resumed on a fresh machine names
-    the earlier ones too (agent_r.evaluation.provenance)."""
+    the earlier ones too (agent_r.provenance.of_summary)."""
     return sorted([*folder.glob(f"{RESULT_PREFIX}*.json"), *folder.glob("manifest*.json"),
                    *[p for p in [folder / SUMMARY] if p.is_file()]])
 

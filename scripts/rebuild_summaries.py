@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agent_r.envs import get_env
-from agent_r.evaluation import UNKNOWN
+from agent_r.provenance import UNKNOWN
 from agent_r.io import atomic_write_json, read_json
 from agent_r.paths import RESULT_PREFIX
 from agent_r.report import summarize_dir

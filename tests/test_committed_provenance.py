@@ -1,6 +1,6 @@
 """Every eval summary and results.json row the repository commits says what
 made its numbers: the provenance fields every summary is written with
-(agent_r.evaluation.PROVENANCE_FIELDS), ``unknown`` where nothing recorded
+(agent_r.provenance.PROVENANCE_FIELDS), ``unknown`` where nothing recorded
 one. A committed summary without them fails here."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_r.evaluation import PROVENANCE_FIELDS
+from agent_r.provenance import PROVENANCE_FIELDS
 from tests.support.env_fixtures import ROOT
 
 COMMITTED = ROOT / "reproduction"

@@ -18,7 +18,7 @@ from agent_r.knobs import EVAL_PROMPT_BUDGET
 from agent_r.llm import resolve_model_dir
 from agent_r.loop import stages, trl_stages
 from agent_r.paths import BASE, RESULT_PREFIX, Layout
-from agent_r.report import recorded_provenance
+from agent_r.provenance import recorded as recorded_provenance
 from agent_r.loop.revise_task import revise_tasks_file
 from agent_r.loop.models import ModelPool, Policy, policy
 from agent_r.loop.results import markdown, write_results

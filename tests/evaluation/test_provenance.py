@@ -16,7 +16,8 @@ import pytest
 
 from agent_r import conversation as conv
 from agent_r import paths
-from agent_r.evaluation import PROVENANCE_FIELDS, UNKNOWN, evaluate
+from agent_r.evaluation import evaluate
+from agent_r.provenance import PROVENANCE_FIELDS, UNKNOWN
 from agent_r.manifest import git_commit, machine
 from agent_r.report import refused_action_counts, revision_turn_counts
 from agent_r.revision import REVISION_THOUGHTS
