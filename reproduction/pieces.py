@@ -31,8 +31,9 @@ are banked as loose files beside the archive (about 10 MB each, which do not
 compress, and stay the same bytes from one bank to the next), and a bank
 that would take the run's committed folder past its size limit (100 MB)
 is refused with one line naming the file. A LoRA fine-tune still training
-banks its latest step checkpoint the same way (~60 MB: the adapter in fp32
-and AdamW's moments), so the next machine goes on from that step; it leaves
+banks its latest step checkpoint the same way (about 23 MB: the adapter's
+change and AdamW's moments in bf16, gzipped), so the next machine goes on
+from that step; it leaves
 the bank once the adapter is banked. A checkpoint that would break the limit
 is left out with a warning and the rest is banked: the episodes and adapters
 are results, the checkpoint only saves a fine-tune's progress.

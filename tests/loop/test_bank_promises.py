@@ -79,14 +79,14 @@ def test_a_piece_of_a_later_iteration_banks_nothing_of_the_iterations_it_links(t
 @pytest.mark.parametrize("adapter, banked", [(True, True), (False, False)])
 def test_only_a_lora_fine_tunes_step_checkpoint_is_banked(tmp_path, adapter, banked):
     """A full fine-tune's checkpoint (the whole model and its optimizer) is never banked."""
-    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+    from agent_r.training.checkpoint import STATE, PROGRESS
 
     folder = tmp_path / "run" / MODEL / "checkpoint"
     folder.mkdir(parents=True)
     (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": adapter}))
-    (folder / OPTIMIZER).write_bytes(b"o" * 100)
+    (folder / STATE).write_bytes(b"o" * 100)
     pieces.bank(tmp_path / "run", tmp_path / "bank")
-    assert (tmp_path / "bank" / MODEL / "checkpoint" / OPTIMIZER).exists() == banked
+    assert (tmp_path / "bank" / MODEL / "checkpoint" / STATE).exists() == banked
 
 
 def test_an_evals_episode_archive_grows_with_its_eval(tmp_path):
@@ -103,13 +103,13 @@ def test_an_evals_episode_archive_grows_with_its_eval(tmp_path):
 
 def test_a_checkpoint_that_does_not_fit_is_left_out_and_the_rest_is_banked(tmp_path, caplog):
     """A fine-tune's step checkpoint must not hold back the episodes and adapters beside it."""
-    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+    from agent_r.training.checkpoint import STATE, PROGRESS
 
     trained(tmp_path / "run", weights=b"w" * 300_000)
     folder = tmp_path / "run" / MODEL.parent / "direct" / "checkpoint"
     folder.mkdir(parents=True)
     (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
-    (folder / OPTIMIZER).write_bytes(b"o" * 800_000)
+    (folder / STATE).write_bytes(b"o" * 800_000)
     episodes = tmp_path / "run" / "iter_1" / "eval" / "agent-r" / "textcraft" / "m_test"
     episodes.mkdir(parents=True)
     (episodes / "search_results_1.json").write_text("{}")
@@ -119,23 +119,23 @@ def test_a_checkpoint_that_does_not_fit_is_left_out_and_the_rest_is_banked(tmp_p
     assert (bank / MODEL / "adapter" / "adapter_model.safetensors").is_file()
     assert pieces.episode_archive(bank, episodes.relative_to(tmp_path / "run")).is_file()
     assert not (bank / MODEL.parent / "direct" / "checkpoint").exists()
-    assert "optimizer.pt" in caplog.text and "without the step checkpoint of iter_1/model/direct" in caplog.text
+    assert "state.safetensors.gz" in caplog.text and "without the step checkpoint of iter_1/model/direct" in caplog.text
 
 
 def test_an_earlier_checkpoint_stays_banked_when_the_newer_one_does_not_fit(tmp_path):
-    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+    from agent_r.training.checkpoint import STATE, PROGRESS
 
     folder = tmp_path / "run" / MODEL / "checkpoint"
     folder.mkdir(parents=True)
     (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
-    (folder / OPTIMIZER).write_bytes(b"o" * 400_000)
+    (folder / STATE).write_bytes(b"o" * 400_000)
     pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
     (folder / PROGRESS).write_text(json.dumps({"step": 4, "adapter": True}))
-    (folder / OPTIMIZER).write_bytes(b"n" * 1_000_000)                 # grew past the limit
+    (folder / STATE).write_bytes(b"n" * 1_000_000)                 # grew past the limit
     pieces.bank(tmp_path / "run", tmp_path / "bank", limit_mb=0.9)
     banked = tmp_path / "bank" / MODEL / "checkpoint"
     assert json.loads((banked / PROGRESS).read_text())["step"] == 3
-    assert (banked / OPTIMIZER).read_bytes() == b"o" * 400_000
+    assert (banked / STATE).read_bytes() == b"o" * 400_000
 
 
 def test_a_bank_too_big_without_any_checkpoint_is_still_refused(tmp_path):
@@ -148,12 +148,12 @@ def test_a_bank_too_big_without_any_checkpoint_is_still_refused(tmp_path):
 
 
 def checkpoint(run: Path, variant: str, size: int) -> Path:
-    from agent_r.training.checkpoint import OPTIMIZER, PROGRESS
+    from agent_r.training.checkpoint import STATE, PROGRESS
 
     folder = run / MODEL.parent / variant / "checkpoint"
     folder.mkdir(parents=True)
     (folder / PROGRESS).write_text(json.dumps({"step": 3, "adapter": True}))
-    (folder / OPTIMIZER).write_bytes(b"o" * size)
+    (folder / STATE).write_bytes(b"o" * size)
     return folder
 
 

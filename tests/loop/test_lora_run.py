@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file
 
 from agent_r.io import file_sha256, read_json
 from agent_r.loop import run
@@ -116,6 +117,8 @@ def test_a_fine_tune_cut_off_goes_on_from_its_banked_checkpoint(lora_run, monkey
     for stage in ("model", "eval"):   # iteration 1's agent-r fine-tune (and what follows it) is still to run
         shutil.rmtree(cut / "iter_1" / stage / "agent-r")
     shutil.rmtree(cut / "iter_2")
+    for archive in (tmp / "bank_cut" / pieces.EPISODES).glob("iter_*/eval/agent-r/**/*.tar.gz"):
+        archive.unlink()   # the first run's evals of its agent-r models: the bank of a run that never made them
     one = {**env, "ITERATIONS": "1", "VARIANTS": "agent-r", "CHECKPOINT_MINUTES": "0"}
     save = checkpoint.StepCheckpoint.save
 
@@ -130,7 +133,7 @@ def test_a_fine_tune_cut_off_goes_on_from_its_banked_checkpoint(lora_run, monkey
     bank = tmp / "bank_cut"
     pieces.bank(cut, bank)
     banked = bank / "iter_1" / "model" / "agent-r" / "checkpoint"
-    assert read_json(banked / checkpoint.PROGRESS)["step"] == 1 and (banked / checkpoint.OPTIMIZER).is_file()
+    assert read_json(banked / checkpoint.PROGRESS)["step"] == 1 and (banked / checkpoint.STATE).is_file()
 
     later = tmp / "later" / "lora"                                      # the next machine
     pieces.restore(bank, later)
@@ -138,7 +141,9 @@ def test_a_fine_tune_cut_off_goes_on_from_its_banked_checkpoint(lora_run, monkey
     model = later / "iter_1" / "model" / "agent-r"
     assert read_json(model / ".done.json")["stats"]["resumed_from_step"] == 1
     adapter = Path("adapter") / "adapter_model.safetensors"
-    assert (model / adapter).read_bytes() == (first / "iter_1" / "model" / "agent-r" / adapter).read_bytes()
+    resumed, whole = (load_file(str(m / adapter)) for m in (model, first / "iter_1" / "model" / "agent-r"))
+    for name in whole:   # the banked state is bf16 (agent_r/training/checkpoint.py): nearly, not bit for bit
+        assert (resumed[name].float() - whole[name].float()).abs().max() <= 0.02 * whole[name].float().abs().max()
     assert not (model / "checkpoint").exists()
     pieces.bank(later, bank)
     assert not banked.exists() and (bank / "iter_1" / "model" / "agent-r" / adapter).is_file()
