@@ -114,6 +114,7 @@ def test_the_step_by_step_block_runs_in_order_on_the_bundled_model(tmp_path):
 
 
 README_LINES, ANSWER_LINES = 300, 60   # the front door's budgets: detail goes to docs/ and the account
+ACCOUNT_LINES = 400   # reproduction/README.md: what each run found; the journal goes in each run's NOTES.md
 
 
 def section_lines(text: str, heading: str) -> int:
@@ -128,6 +129,9 @@ def test_the_front_door_holds_its_size():
     assert len(README.splitlines()) <= README_LINES, "README.md is over its 300 lines: move detail to docs/"
     assert section_lines(README, "## Does it work?") <= ANSWER_LINES, \
         "'Does it work?' is over 60 lines: the answer first, tables for the detail, the rest in the account"
+    account = (ROOT / "reproduction" / "README.md").read_text()
+    assert len(account.splitlines()) <= ACCOUNT_LINES, \
+        "reproduction/README.md is over its 400 lines: say what the runs found, move the journal to their NOTES.md"
 
 
 def test_the_size_budgets_fail_one_line_past_them():
@@ -136,3 +140,4 @@ def test_the_size_budgets_fail_one_line_past_them():
     assert section_lines(answer, "## Does it work?") == ANSWER_LINES
     assert section_lines(answer.replace("## Next", "one more\n## Next"), "## Does it work?") == ANSWER_LINES + 1
     assert len(("x\n" * (README_LINES + 1)).splitlines()) > README_LINES
+    assert len(("x\n" * (ACCOUNT_LINES + 1)).splitlines()) > ACCOUNT_LINES
