@@ -279,7 +279,8 @@ def _run_batch(batch: list[tuple[int, Path, dict]], cfg: RevisionConfig, verifie
         try:
             plan = revision.plan_tree(idx, load_tree(path), cfg)
         except TreeFormatError as exc:
-            log.error("skipping %s: %s", path.name, exc)
+            log.error("skipping %s: %s; to use its task, delete the file, rerun mcts_collection.py (it searches "
+                      "that task again) and then this", path.name, exc)
             result.failed.append(path.name)
             continue
         if plan is None:

@@ -157,7 +157,7 @@ def tree_done(path: Path) -> bool:
         load_tree(path)
         return True
     except TreeFormatError as exc:
-        log.warning("redoing %s: %s", path.name, exc)
+        log.warning("searching the task of %s again, the file is unreadable: %s", path.name, exc)
         return False
 
 

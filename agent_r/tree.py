@@ -146,7 +146,7 @@ def load_tree(path) -> Node:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except json.JSONDecodeError as exc:
-        raise TreeFormatError(f"{path}: corrupt JSON ({exc}); delete it and rerun to redo it") from None
+        raise TreeFormatError(f"{path}: corrupt JSON ({exc})") from None
     try:
         return Node.from_dict(data)
     except TreeFormatError as exc:

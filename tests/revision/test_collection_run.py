@@ -115,6 +115,7 @@ def test_corrupt_trees_reported_and_skipped(trees, tmp_path):
     assert r.returncode == 1
     assert "search_results_7.json" in r.stderr and "search_results_8.json" in r.stderr
     assert "corrupt JSON" in r.stderr and "missing keys ['state']" in r.stderr
+    assert r.stderr.count("delete the file, rerun mcts_collection.py") == 2   # one fix, no "redoing" beside it
     assert "failed: 2" in r.stdout
     assert {row["task_num"] for row in rows_of(out / "textcraft_centric.jsonl")} == {"3", "12", "40", "1000"}
 

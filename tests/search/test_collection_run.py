@@ -106,7 +106,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, textcraft_serv
     (folder / f".{corrupt}.abc.tmp").write_text("partial")
     rerun = collect(tmp_path / "run", textcraft_server, *flags, env=SEARCH_ENV)
     assert rerun.returncode == 0, rerun.stderr
-    assert corrupt in rerun.stderr and "corrupt" in rerun.stderr
+    assert corrupt in rerun.stderr and "corrupt" in rerun.stderr and "searching the task of" in rerun.stderr
+    assert "delete" not in rerun.stderr   # the search redoes it itself: no fix to ask of the user
     assert f"{len(expected) - len(partial) + 1} done, {len(partial) - 1} skipped" in rerun.stdout
     assert tree_files(folder) == expected
 
