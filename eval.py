@@ -3,12 +3,16 @@ and a summary (score x100, success rate, steps, loops).
 
     TASK=textcraft MODEL_DIR=models/textcraft-tiny python eval.py --limit 20
     TASK=textcraft TEMP=1 python eval.py --samples 8     # 8 episodes a task: Pass@1, 2, 4, 8
-    python eval.py --compare test_result/textcraft/iter0_eval test_result/textcraft/iter1_eval --plot compare.png
+    TASK=textcraft MODEL_DIR=models/my-model MODEL_TYPE=iter1 python eval.py
+    python eval.py --compare test_result/textcraft/textcraft-tiny_eval test_result/textcraft/my-model_iter1 \\
+        --plot compare.png
 
-Results go to {output_dir}/{TASK}/{model_name}_{MODEL_TYPE}/; rerunning the
-same command resumes. Exit status: 0 every episode finished, 1 some episode
+Results go to {output_dir}/{TASK}/{model_name}_{MODEL_TYPE}/ (the first
+command's: test_result/textcraft/textcraft-tiny_eval/); rerunning the same
+command resumes. Exit status: 0 every episode finished, 1 some episode
 failed for good on env errors (a rerun retries it), 2 a usage error or an
-unreachable server. See docs/evaluation.md.
+unreachable server, 130 interrupted (Ctrl-C or SIGTERM; finished episodes
+are kept). See docs/evaluation.md.
 """
 from __future__ import annotations
 

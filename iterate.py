@@ -3,13 +3,15 @@ search the train split with the current model, build revision and good data,
 fine-tune, and evaluate the new model on the test split (docs/iterate.md).
 
     python -m agentenv_servers.textcraft --port 36001 &
-    TASK=textcraft ITERATIONS=3 VARIANTS=agent-r,direct,good python iterate.py --name textcraft-8b
+    TASK=textcraft ITERATIONS=3 VARIANTS=agent-r,direct,good MODEL_DIR=/models/Llama-3.1-8B-Instruct \\
+        python iterate.py --name llama-textcraft
 
 Everything goes under runs/<name>/: iter_<k>/{trees,data,model,eval} and
 results.json, results.md, results.png (rewritten after every iteration).
 Rerunning the same command resumes at the first unfinished stage. Exit codes:
 0 all done, 1 some tree or episode failed (rerun to retry it), 2 usage error or
-unreachable server.
+unreachable server, 130 interrupted (Ctrl-C or SIGTERM; finished stages are
+kept).
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ only on each request's seed (greedy decoding, scripted doubles; vllm only with
 VLLM_BATCH_INVARIANT=1, see docs/backends.md); hf
 sampling at TEMP>0 is seeded per batch, so it repeats only at the same
 concurrency. Exit codes: 0 all done, 1 some tree failed (rerun to retry it),
-2 usage error or unreachable server.
+2 usage error or unreachable server, 130 interrupted (Ctrl-C or SIGTERM;
+finished trees are kept).
 """
 from __future__ import annotations
 

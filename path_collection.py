@@ -3,7 +3,7 @@ low leaf path, the low path judged step by step, spliced (docs/revision.md).
 
     TASK=textcraft MODEL_DIR=models/textcraft-tiny python path_collection.py --data_type centric --revise 1
     TASK=textcraft python path_collection.py --data_type good
-    python path_collection.py export --format xtuner --output train.json \\
+    python path_collection.py export --format xtuner --output mcts_training_data/train.json \\
         --input mcts_training_data/textcraft_centric.jsonl mcts_training_data/textcraft_good.jsonl
 
 Reads the trees mcts_collection.py wrote for the same settings: --input_dir
@@ -13,7 +13,9 @@ Writes {output_dir}/{TASK}_{data_type}.jsonl and its manifest; rerunning the
 same command resumes from per-tree parts. A model is loaded only for
 --data_type centric --revise 1, and only when some tree still needs judging.
 `path_collection.py export ...` writes training files (XTuner or DPO) from
-these JSONL files; see `path_collection.py export --help`.
+these JSONL files; see `path_collection.py export --help`. Exit codes: 0 all
+done, 1 some tree failed (rerun to retry it), 2 usage error or unreachable
+server, 130 interrupted (Ctrl-C or SIGTERM; finished tree parts are kept).
 """
 from __future__ import annotations
 

@@ -66,3 +66,40 @@ def test_help_lists_every_setting_and_manifest_has_every_setting(script, spec):
     config = manifest_config(parse(cls, [], {"TASK": "textcraft"}))
     flat = flatten(config)
     assert {f.name for f in leaf_fields(cls)} <= set(flat)
+
+
+def script_help(script: str) -> str:
+    res = subprocess.run([sys.executable, str(ROOT / script), "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    return " ".join(res.stdout.split())
+
+
+@pytest.mark.parametrize("script,spec", SCRIPTS)
+def test_help_names_every_exit_code(script, spec):
+    """The one exit-code rule of run_cli, 130 (interrupted) included."""
+    from agent_r.settings import EXIT_INTERRUPTED, EXIT_ITEMS_FAILED, EXIT_OK, EXIT_USAGE
+
+    text = script_help(script)
+    for code in (EXIT_OK, EXIT_ITEMS_FAILED, EXIT_USAGE, EXIT_INTERRUPTED):
+        assert f" {code} " in text, f"{script} --help does not name exit code {code}"
+    assert "130 interrupted" in text
+
+
+def test_evals_help_compares_the_folders_its_own_examples_make():
+    """--help's --compare example names the folders its first and third
+    commands write, not folders eval.py never makes."""
+    from agent_r.evaluation import EvalSettings
+    from agent_r.paths import eval_dir
+
+    text = script_help("eval.py")
+    made = [eval_dir(parse(EvalSettings, [], {"TASK": "textcraft"})),
+            eval_dir(parse(EvalSettings, [], {"TASK": "textcraft", "MODEL_DIR": "models/my-model",
+                                              "MODEL_TYPE": "iter1"}))]
+    assert f"--compare {made[0].as_posix()} {made[1].as_posix()} \\ --plot" in text
+
+
+def test_iterates_help_names_the_model_it_runs():
+    """The example's run name says which model it trains, and the command sets that model."""
+    text = script_help("iterate.py")
+    assert "MODEL_DIR=/models/Llama-3.1-8B-Instruct \\ python iterate.py --name llama-textcraft" in text
