@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_r.io import atomic_write_json, read_json
-from agent_r.paths import portable_paths
+from agent_r.paths import portable, portable_paths
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,8 @@ def write_manifest(
     machines, commits = (_listed(previous.get(k)) for k in ("machines", "commits"))
     merged.update({str(k): v for k, v in (items or {}).items()})
     manifest = {
-        "command": " ".join(sys.argv),
+        # word by word: the whole line made portable as one path would mangle its URLs ("http:/")
+        "command": " ".join(portable(arg) if arg.startswith(("/", "~")) else arg for arg in sys.argv),
         "config": config,
         "seed": config.get("seed"),
         "model": model if model is not None else previous.get("model"),
@@ -134,6 +135,7 @@ def write_manifest(
         "stats": stats,
         "items": dict(sorted(merged.items(), key=lambda kv: (len(kv[0]), kv[0]))),
     }
-    manifest = portable_paths(manifest)   # committed beside results: no path of the machine that wrote it
+    # committed beside results: no path of the machine that wrote it
+    manifest = {"command": manifest["command"], **portable_paths({k: v for k, v in manifest.items() if k != "command"})}
     atomic_write_json(path, manifest, indent=2)
     return manifest
