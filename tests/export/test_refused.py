@@ -106,7 +106,8 @@ def test_trained_repeats_of_an_accepted_action_are_counted(tmp_path, mask):
            + turn("Action: craft 1 stick using 1 oak log", True, "Could not find a valid recipe for stick")
            + turn("Action: craft 1 stick using 1 oak log", True, "Could not find a valid recipe for stick")  # a retry
            + turn("Action: get 1 oak log", False, "Got 1 oak log")
-           + turn("Action: get 1 oak log", True, "Got 1 oak log"))             # counted: the one before was accepted
+           + turn("Action: get 1 oak log", True, "Got 1 oak log")              # counted: the one before was accepted
+           + turn("Action: get 1 oak log", False, "Got 1 oak log"))            # a repeat, untrained: not counted
     good = write_jsonl(tmp_path / "textcraft_good.jsonl", [{"task_num": "3", "revise_log": log}])
     said = export.write_export(export.ExportSettings(format="xtuner", input=[str(good)],
                                                      output=str(tmp_path / "t.json"), mask_refused=mask))

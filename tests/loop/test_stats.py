@@ -82,6 +82,28 @@ def test_revision_turns_count_only_the_models_own_turns():
     assert revision_turns(result([plain, revising, plain], False, replayed=1)) == 1
 
 
+def test_refusals_and_accepted_repeats_count_only_the_models_own_actions():
+    """The revision task replays a failed base episode's first steps before
+    the evaluated model plays: those steps' refusals are the base model's."""
+    from agent_r.envs import get_env
+    from agent_r.report import accepted_repeat_tail, refused_action_counts
+
+    def played(pairs: list[tuple[str, str]], replayed: int) -> dict:
+        done = result([turn("t", action) for action, _ in pairs], False, replayed=replayed)
+        for i, (_, observation) in enumerate(pairs):
+            done["state"][len(done["state"]) - 2 * len(pairs) + 2 * i + 1]["content"] = observation
+        return done
+
+    refused, got = ("craft 1 stick", "Could not find enough items to craft minecraft:stick"), ("get 1 oak log", "Got 1 oak log")
+    episode = played([refused, refused, got, refused, got, got], replayed=2)
+    assert refused_action_counts([episode], "textcraft")["refused"] == 1
+    assert refused_action_counts([played([refused, refused, got, refused, got, got], replayed=0)],
+                                 "textcraft")["refused"] == 3
+    spec = get_env("textcraft")
+    assert accepted_repeat_tail(played([got, got, got], replayed=0), spec) == 3
+    assert accepted_repeat_tail(played([got, got, got], replayed=2), spec) == 1
+
+
 def test_episode_stats_reads_outcomes_and_revision_turns_from_result_files(tmp_path):
     revising = turn(REVISION_THOUGHTS[1], "wait")
     plain = turn("I get a log.", "get 1 oak log")
