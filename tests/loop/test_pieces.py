@@ -116,6 +116,25 @@ def test_a_run_on_another_runs_rows_exports_them_again_with_its_own_mask(whole_a
     assert refused[True] > 0   # the unmasked export trained refused turns: the mask changed something
 
 
+def test_the_merge_command_marks_the_recipe_and_the_run_it_took_rows_from(whole_and_merged, tmp_path, base_model,
+                                                                         monkeypatch):
+    """`pieces merge` (reproduce_paper.sh's DATA_FROM) reads iterate.py's
+    settings from the environment: each data marker says MASK_REFUSED and the
+    run whose rows it exported, which the pair tables and a rerun rely on."""
+    runs, _, _ = whole_and_merged
+    for key, value in {**SMALL, "TASK": "textcraft", "MODEL_DIR": base_model, "ITERATIONS": "1",
+                       "VARIANTS": "agent-r,good", "MASK_REFUSED": "1"}.items():
+        monkeypatch.setenv(key, value)
+    pieces.loop_merge([runs / "whole"], tmp_path / "masked", 1, list(FLAGS), data_from="runs/whole")
+    for variant in ("agent-r", "good"):
+        stats = marker(tmp_path / "masked" / "iter_1" / "data" / variant)["stats"]
+        assert stats["mask_refused"] is True and stats["data_from"] == "runs/whole", variant
+    monkeypatch.setenv("MASK_REFUSED", "0")
+    pieces.loop_merge([runs / "whole"], tmp_path / "paper", 1, list(FLAGS))
+    stats = marker(tmp_path / "paper" / "iter_1" / "data" / "agent-r")["stats"]
+    assert "mask_refused" not in stats and "data_from" not in stats
+
+
 def test_a_banked_merge_goes_on_to_train_and_evaluate_without_its_trees(whole_and_merged, tmp_path, base_model,
                                                                         textcraft_server):
     runs, _, (s, _) = whole_and_merged

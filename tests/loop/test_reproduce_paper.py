@@ -160,6 +160,21 @@ def test_in_pieces_across_fresh_machines_it_reaches_the_same_iteration(tmp_path,
     assert not list(runs.rglob("search_results_*.json")) or all("eval" in p.parts for p in runs.rglob(
         "search_results_*.json"))   # the merge session searched nothing: only its eval's episode files
 
+    # DATA_FROM with DATA_ONLY=1 (make reproduce-smollm2-masked's first step): that run's rows merged as
+    # this run's, exported with this run's MASK_REFUSED, marked with where they came from; nothing trained
+    done = subprocess.run(["bash", str(ROOT / "reproduction" / "reproduce_paper.sh")],
+                          env={**env, "NAME": "t-masked", "DATA_FROM": str(runs / "t"), "DATA_ONLY": "1",
+                               "MASK_REFUSED": "1", "ITERATIONS": "1", "BANK": "",
+                               "REPRO_OUT": str(tmp_path / "results-masked")},
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "DATA_ONLY=1" in done.stdout
+    masked = runs / "t-masked"
+    stats = json.loads((masked / "iter_1" / "data" / "good" / ".done.json").read_text())["stats"]
+    assert stats["data_from"] == "t" and stats["mask_refused"] is True
+    assert (masked / "iter_0" / "eval" / "base" / ".done.json").is_file()   # the source's base eval, copied
+    assert not (masked / "iter_1" / "model").exists()   # stopped before any fine-tune
+
     # iteration 2: each piece searches with model_1, fine-tuned again on its fresh machine
     for j in (1, 2):
         assert f"piece {j}/2 of iteration 2" in fresh_machine(ITERATIONS="2", PIECE=f"{j}/2")
