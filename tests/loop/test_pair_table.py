@@ -146,3 +146,44 @@ def test_greedy_and_sampled_halves_are_not_paired(two_runs):
     (root / "out" / "pairs.json").write_text(json.dumps(pairs))
     with pytest.raises(UsageError, match="one half is sampled and the other greedy"):
         pair_table.main(["--pairs", "out/pairs.json"])
+
+
+def test_each_cell_counts_what_its_heading_says(tmp_path, monkeypatch):
+    """The sentence cell's interval is over the episodes that write the
+    sentence, the repeat cell counts failed episodes only, the machine cell
+    names both halves' machines, and a half with a summary but no episode
+    files (a summary banked without them) is pending."""
+    from agent_r.revision import REVISION_THOUGHTS
+    from agent_r.significance import wilson_interval
+
+    monkeypatch.chdir(tmp_path)
+
+    def played(task: int, success: bool, turns: list[tuple[str, str]]) -> dict:
+        state = conv.initial_conversation("instr", "Goal: craft stick.")
+        for turn, reply in turns:
+            state = conv.append_turn(state, turn, reply)
+        return {"task_id": task, "env_score": float(success), "model_name": "m", "step_num": len(turns),
+                "state": state, "success": success, "ended_by": "done" if success else "step_limit"}
+
+    revise = (f"Thought: {REVISION_THOUGHTS[0]}\nAction: wait", "Could not execute wait")
+    get = ("Thought: go.\nAction: get 1 stick", "Got 1 stick")
+    rows = [played(0, True, [revise, get]), played(1, False, [revise, get]), played(2, False, [revise, get]),
+            played(3, True, [get] * 5), played(4, False, [get] * 5), played(5, False, [get])]
+    ref = write_eval(tmp_path, "runs/a/iter_1/eval/m/textcraft/m-iter1_test", rows, machine="cpu-a")
+    other = write_eval(tmp_path, "runs/b/iter_1/eval/m/textcraft/m-iter1_test", rows, machine="cpu-b")
+    no_episodes = write_eval(tmp_path, "runs/b/iter_2/eval/m/textcraft/m-iter2_test", rows)
+    for banked_without in (tmp_path / no_episodes).glob("search_results_*.json"):
+        banked_without.unlink()
+    (tmp_path / "pairs.json").write_text(json.dumps([
+        {"model": "m1", "eval": "greedy", "reference": ref, "other": other},
+        {"model": "m2", "eval": "greedy", "reference": ref, "other": no_episodes}]))
+    assert pair_table.main(["--pairs", "pairs.json"]) == 0
+    done, pending = json.loads((tmp_path / "results.json").read_text())["rows"]
+
+    figures = done["reference_figures"]
+    assert (figures["sentence_succeeded"], figures["sentence_episodes"]) == (1, 3)
+    assert figures["sentence_wilson_pct"] == [round(100 * x, 1) for x in wilson_interval(1, 3)]
+    assert figures["failed_ending_in_accepted_repeats"] == 1          # task 4; task 3 succeeded the same way
+    assert pending["pending"] == "other not finished"
+    line = next(l for l in (tmp_path / "results.md").read_text().splitlines() if l.startswith("| m1 |"))
+    assert "cpu-a / cpu-b" in line
