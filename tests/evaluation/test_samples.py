@@ -17,12 +17,15 @@ from agent_r import conversation as conv
 from agent_r import evaluation as ev
 from agent_r import passk, paths, report
 from agent_r.llm import derive_seed
+from agent_r.manifest import git_commit, machine
+from agent_r.provenance import UNKNOWN
 from agent_r.settings import UsageError
 from agentenv_servers.textcraft_expert import solve
 from tests.support.doubles import ScriptedBackend
 from tests.support.eval_runs import config, expert_or_loop, goal_of, model_turns, run_eval, split_file
 
 GOLDEN = Path(__file__).parent / "golden_k1"
+GOLDEN_ADDED = Path(__file__).parent / "golden_k1_summary_added.json"   # the summary's fields added since GOLDEN
 ADDED_SINCE_GOLDEN = ("provenance", "refused_actions")
 ADDED_TO_REVISION_TURNS = ("sentence", "bare_wait", "ten_or_more")
 TASKS = [0, 1, 3, 4]                 # expert plans of 2 steps each
@@ -204,11 +207,13 @@ def test_one_sample_writes_the_files_eval_wrote_before_sampling(tmp_path, textcr
         text = (run_dir / name).read_text().replace(str(tmp_path), "<tmp>").replace(textcraft_server, "<server>")
         if name == "summary.json":   # fields summaries gained after the golden files, additive: left out
             got, want = json.loads(text), json.loads((GOLDEN / name).read_text())
-            for key in ADDED_SINCE_GOLDEN:
-                got.pop(key)
-            for key in ADDED_TO_REVISION_TURNS:
-                got["revision_turns"].pop(key)
+            added = {key: got.pop(key) for key in ADDED_SINCE_GOLDEN}
+            added["revision_turns"] = {key: got["revision_turns"].pop(key) for key in ADDED_TO_REVISION_TURNS}
             assert got == want
+            # the added fields against golden values of their own; the machine and commit are this run's
+            assert added["provenance"].pop("machines") == [machine()]
+            assert added["provenance"].pop("commits") == [git_commit() or UNKNOWN]
+            assert added == json.loads(GOLDEN_ADDED.read_text())
         else:
             assert text == (GOLDEN / name).read_text(), name
 
