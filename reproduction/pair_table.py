@@ -12,7 +12,8 @@ whose every cell a reader can recompute from the banked episodes:
     python -m reproduction.pair_table --pairs reproduction/smollm2-masked/pairs.json
 
 The pairs file lists, per row, the model, the eval and the two eval folders
-(``reference``: the paper's recipe; ``other``: the recipe measured), and may
+(``reference``: the paper's recipe, or what ``--labels`` names first;
+``other``: the recipe measured), and may
 carry a ``note`` (where a half predates recorded provenance, say where it
 ran). A pair whose halves are not both finished (no summary.json yet) is
 listed as pending, not guessed at. Greedy evals pair episode by episode
@@ -135,13 +136,18 @@ def _sentence_cell(half: dict[str, Any]) -> str:
     return f"{half['sentence_succeeded']} of {half['sentence_episodes']}{span}"
 
 
-def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
-    head = ("| model | eval | paper's recipe | masked | masked - paper's, paired | refused / episode | "
+LABELS = ("paper's recipe", "masked")   # the halves' names: reference, other (--labels)
+
+
+def markdown(rows: list[dict[str, Any]], pairs_file: str, labels: tuple[str, str] = LABELS) -> str:
+    a, b = labels
+    head = (f"| model | eval | {a} | {b} | {b} - {a}, paired | refused / episode | "
             ">= 10 revision turns | failed, ending in >= 5 repeats of an accepted action | "
             "revision sentence: episodes won | machine |")
-    lines = [f"# The masked recipe against the paper's, pair by pair\n",
-             f"Written by `python -m reproduction.pair_table --pairs {pairs_file}` from the banked episodes "
-             "(restore both banks first). Each cell under two recipes reads paper's -> masked.\n",
+    flags = "" if labels == LABELS else f" --labels '{a},{b}'"
+    lines = [f"# {b[:1].upper() + b[1:]} against {a}, pair by pair\n",
+             f"Written by `python -m reproduction.pair_table --pairs {pairs_file}{flags}` from the banked episodes "
+             f"(restore the banks first). Each cell under two halves reads {a} -> {b}.\n",
              head, "|" + "---|" * 10]
     for row in rows:
         if "pending" in row:
@@ -161,14 +167,14 @@ def markdown(rows: list[dict[str, Any]], pairs_file: str) -> str:
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def plot(rows: list[dict[str, Any]], path: Path) -> Path:
-    """The masked recipe's paired difference from the paper's, one line a
+def plot(rows: list[dict[str, Any]], path: Path, labels: tuple[str, str] = LABELS) -> Path:
+    """The other half's paired difference from the reference's, one line a
     finished pair: Pass@1 with its bootstrap interval where sampled, the
     success difference in points (no interval; McNemar's p in the label)
     where greedy."""
     plt = plots._pyplot()
     done = [row for row in rows if "pending" not in row]
-    numbers, labels = {}, []
+    numbers, ticks = {}, []
     fig, ax = plt.subplots(figsize=(10, 0.45 * len(done) + 1.8))
     for y, row in enumerate(done):
         got, label = row["paired"], f"{row['model']}, {row['eval']}"
@@ -181,12 +187,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> Path:
             ax.plot(value, y, "s", mfc="none", color="C1")
             label += f" (p {got['p_value']:.2g})"
             numbers[label] = {"success_points": round(value, 2)}
-        labels.append(label)
+        ticks.append(label)
     ax.axvline(0, color="grey", lw=0.8)
-    ax.set_yticks(range(len(done)), labels, fontsize=8)
+    ax.set_yticks(range(len(done)), ticks, fontsize=8)
     ax.invert_yaxis()
-    ax.set(xlabel="masked - paper's recipe, points\n(circles: sampled Pass@1 with its 95% paired interval; squares: greedy success)",
-           title="Masked recipe against the paper's, same data\n(each pair's machines: results.md)")
+    ax.set(xlabel=f"{labels[1]} - {labels[0]}, points\n(circles: sampled Pass@1 with its 95% paired interval; "
+                  "squares: greedy success)",
+           title=f"{labels[1]} against {labels[0]}\n(each pair's machines: results.md)")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return plots.save(fig, path, numbers)
@@ -196,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", required=True, help="JSON list of {model, eval, reference, other[, note]}")
     parser.add_argument("--out", help="folder for results.json/md/png (default: the pairs file's folder)")
+    parser.add_argument("--labels", default=",".join(LABELS),
+                        help="the two halves' names, reference first (default: %(default)s)")
     args = parser.parse_args(argv)
+    labels = tuple(part.strip() for part in args.labels.split(","))
+    if len(labels) != 2 or not all(labels):
+        raise UsageError(f"--labels {args.labels!r}: give two names, the reference's first, e.g. 'masked,cleaned'")
     try:
         pairs = read_json(args.pairs)
     except (OSError, ValueError) as exc:
@@ -207,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out or Path(args.pairs).parent)
     rows = [measure(pair) for pair in pairs]
     atomic_write_json(out / paths.RESULTS_JSON, {"pairs_file": args.pairs, "rows": rows})
-    atomic_write_text(out / paths.RESULTS_MD, markdown(rows, args.pairs))
-    plot(rows, out / paths.RESULTS_PNG)
+    atomic_write_text(out / paths.RESULTS_MD, markdown(rows, args.pairs, labels))
+    plot(rows, out / paths.RESULTS_PNG, labels)
     finished = sum(1 for row in rows if "pending" not in row)
     print(f"{finished} of {len(rows)} pairs finished; results.json/md/png in {out}")
     return 0

@@ -187,3 +187,13 @@ def test_each_cell_counts_what_its_heading_says(tmp_path, monkeypatch):
     assert pending["pending"] == "other not finished"
     line = next(l for l in (tmp_path / "results.md").read_text().splitlines() if l.startswith("| m1 |"))
     assert "cpu-a / cpu-b" in line
+
+
+def test_the_halves_are_named_as_labels_says(two_runs):
+    root, _, _ = two_runs
+    assert pair_table.main(["--pairs", "out/pairs.json", "--labels", "masked,cleaned"]) == 0
+    md = (root / "out" / "results.md").read_text()
+    assert "| model | eval | masked | cleaned | cleaned - masked, paired |" in md
+    assert "--labels 'masked,cleaned'" in md and "paper's" not in md
+    with pytest.raises(UsageError, match="give two names"):
+        pair_table.main(["--pairs", "out/pairs.json", "--labels", "masked"])
